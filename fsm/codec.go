@@ -1,0 +1,401 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Binary encodings of commands and results. Every encoding starts with a format byte so
+// that a node can tell bytes it cannot read (ErrUnknownFormat, from a newer release)
+// from bytes that are damaged (ErrCorrupt). Decoders check every length against the
+// bytes left before allocating, so hostile input cannot make them panic or balloon.
+
+// CommandFormatV1 is the only command format so far; it is what EncodeCommand writes.
+// The range of formats a node can apply is reported in membership metadata, and a
+// new format is used only once every voter can apply it.
+const CommandFormatV1 byte = 1
+
+// MinCommandFormat and MaxCommandFormat bound the formats DecodeCommand accepts.
+const (
+	MinCommandFormat = CommandFormatV1
+	MaxCommandFormat = CommandFormatV1
+)
+
+const resultFormatV1 byte = 1
+
+// EncodeCommand encodes cmd for the Raft log.
+func EncodeCommand(cmd *Command) ([]byte, error) {
+	if cmd == nil {
+		return nil, fmt.Errorf("%w: nil command", ErrInvalidCommand)
+	}
+	b := make([]byte, 0, 64+cmdSizeHint(cmd))
+	b = append(b, CommandFormatV1, byte(cmd.Type))
+	switch cmd.Type {
+	case CmdTxn:
+		if cmd.Txn == nil {
+			return nil, fmt.Errorf("%w: transaction missing", ErrInvalidCommand)
+		}
+		t := cmd.Txn
+		b = binary.AppendUvarint(b, uint64(len(t.Compares)))
+		for _, c := range t.Compares {
+			b = appendBytes(b, c.Key)
+			b = append(b, byte(c.Target), byte(c.Result))
+			b = appendBytes(b, c.Value)
+			b = binary.AppendVarint(b, c.Int)
+		}
+		b = appendOps(b, t.Success)
+		b = appendOps(b, t.Failure)
+	case CmdCompact:
+		b = binary.AppendVarint(b, cmd.Revision)
+	case CmdClusterMeta:
+		b = appendBytes(b, []byte(cmd.ClusterID))
+		b = appendBytes(b, cmd.Secret)
+	default:
+		return nil, fmt.Errorf("%w: unknown command type %d", ErrInvalidCommand, cmd.Type)
+	}
+	return b, nil
+}
+
+func cmdSizeHint(cmd *Command) int {
+	if cmd.Txn == nil {
+		return 0
+	}
+	n := 0
+	for _, ops := range [][]Op{cmd.Txn.Success, cmd.Txn.Failure} {
+		for _, op := range ops {
+			n += len(op.Key) + len(op.End) + len(op.Value) + 8
+		}
+	}
+	return n
+}
+
+func appendOps(b []byte, ops []Op) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ops)))
+	for _, op := range ops {
+		b = append(b, byte(op.Type))
+		b = appendBytes(b, op.Key)
+		// End keeps nil apart from empty: nil makes OpGet a single-key read.
+		if op.End == nil {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = appendBytes(b, op.End)
+		}
+		b = appendBytes(b, op.Value)
+		b = binary.AppendVarint(b, op.Limit)
+	}
+	return b
+}
+
+// DecodeCommand decodes bytes written by EncodeCommand. Byte slices in the result
+// alias data. It returns ErrUnknownFormat or ErrCorrupt (wrapped) on bad input.
+func DecodeCommand(data []byte) (*Command, error) {
+	d := decoder{b: data}
+	format := d.byte()
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: empty command", ErrCorrupt)
+	}
+	if format < MinCommandFormat || format > MaxCommandFormat {
+		return nil, fmt.Errorf("%w: command format %d (this build reads %d..%d)",
+			ErrUnknownFormat, format, MinCommandFormat, MaxCommandFormat)
+	}
+	cmd := &Command{Type: CommandType(d.byte())}
+	switch cmd.Type {
+	case CmdTxn:
+		t := &Txn{}
+		n := d.count(4)
+		if n > 0 {
+			t.Compares = make([]Compare, n)
+		}
+		for i := range t.Compares {
+			c := &t.Compares[i]
+			c.Key = d.bytes()
+			c.Target = CompareTarget(d.byte())
+			c.Result = CompareResult(d.byte())
+			c.Value = d.bytes()
+			c.Int = d.varint()
+		}
+		t.Success = d.ops()
+		t.Failure = d.ops()
+		cmd.Txn = t
+	case CmdCompact:
+		cmd.Revision = d.varint()
+	case CmdClusterMeta:
+		cmd.ClusterID = string(d.bytes())
+		cmd.Secret = d.bytes()
+	default:
+		if d.err == nil {
+			return nil, fmt.Errorf("%w: unknown command type %d", ErrCorrupt, cmd.Type)
+		}
+	}
+	if err := d.finish(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+func (d *decoder) ops() []Op {
+	n := d.count(5)
+	if n == 0 {
+		return nil
+	}
+	ops := make([]Op, n)
+	for i := range ops {
+		op := &ops[i]
+		op.Type = OpType(d.byte())
+		op.Key = d.bytes()
+		switch d.byte() {
+		case 0:
+		case 1:
+			op.End = d.bytes()
+			if op.End == nil {
+				op.End = []byte{}
+			}
+		default:
+			d.fail("bad range end flag")
+		}
+		op.Value = d.bytes()
+		op.Limit = d.varint()
+	}
+	return ops
+}
+
+// Error codes carried in encoded results; the message travels too.
+const (
+	codeNone byte = iota
+	codeCompacted
+	codeFuture
+	codeNotFound
+	codeTooManyOps
+	codeInvalid
+	codeUnknownFormat
+	codeCorrupt
+	codeOther
+)
+
+var codeErrors = map[byte]error{
+	codeCompacted: ErrCompacted, codeFuture: ErrFutureRevision, codeNotFound: ErrKeyNotFound,
+	codeTooManyOps: ErrTooManyOps, codeInvalid: ErrInvalidCommand,
+	codeUnknownFormat: ErrUnknownFormat, codeCorrupt: ErrCorrupt,
+}
+
+func errorCode(err error) byte {
+	if err == nil {
+		return codeNone
+	}
+	for code, sentinel := range codeErrors {
+		if errors.Is(err, sentinel) {
+			return code
+		}
+	}
+	return codeOther
+}
+
+// remoteError is a Result error decoded from another node: its message, and the
+// sentinel it wrapped there so that errors.Is still works here.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// EncodeResult encodes a Result for forwarding from the leader to the node a client
+// called.
+func EncodeResult(r *Result) ([]byte, error) {
+	if r == nil {
+		return nil, errors.New("fsm: nil result")
+	}
+	b := make([]byte, 0, 64)
+	b = append(b, resultFormatV1)
+	b = binary.AppendVarint(b, r.Revision)
+	b = appendBool(b, r.Succeeded)
+	code := errorCode(r.Err)
+	b = append(b, code)
+	if code != codeNone {
+		b = appendBytes(b, []byte(r.Err.Error()))
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Responses)))
+	for _, resp := range r.Responses {
+		b = append(b, byte(resp.Type))
+		b = binary.AppendVarint(b, resp.Deleted)
+		b = appendBool(b, resp.PrevKV != nil)
+		if resp.PrevKV != nil {
+			b = appendKV(b, *resp.PrevKV)
+		}
+		b = binary.AppendUvarint(b, uint64(len(resp.KVs)))
+		for _, kv := range resp.KVs {
+			b = appendKV(b, kv)
+		}
+		b = appendBool(b, resp.More)
+	}
+	return b, nil
+}
+
+// DecodeResult decodes bytes written by EncodeResult.
+func DecodeResult(data []byte) (*Result, error) {
+	d := decoder{b: data}
+	if f := d.byte(); d.err == nil && f != resultFormatV1 {
+		return nil, fmt.Errorf("%w: result format %d", ErrUnknownFormat, f)
+	}
+	r := &Result{Revision: d.varint(), Succeeded: d.bool()}
+	if code := d.byte(); code != codeNone && d.err == nil {
+		msg := string(d.bytes())
+		sentinel, ok := codeErrors[code]
+		if !ok && code != codeOther {
+			d.fail("unknown error code")
+		}
+		if sentinel == nil {
+			r.Err = errors.New(msg)
+		} else {
+			r.Err = &remoteError{msg: msg, sentinel: sentinel}
+		}
+	}
+	if n := d.count(4); n > 0 {
+		r.Responses = make([]OpResponse, n)
+	}
+	for i := range r.Responses {
+		resp := &r.Responses[i]
+		resp.Type = OpType(d.byte())
+		resp.Deleted = d.varint()
+		if d.bool() {
+			kv := d.kv()
+			resp.PrevKV = &kv
+		}
+		if n := d.count(5); n > 0 {
+			resp.KVs = make([]KeyValue, n)
+			for j := range resp.KVs {
+				resp.KVs[j] = d.kv()
+			}
+		}
+		resp.More = d.bool()
+	}
+	if err := d.finish(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendKV(b []byte, kv KeyValue) []byte {
+	b = appendBytes(b, kv.Key)
+	b = appendBytes(b, kv.Value)
+	b = binary.AppendVarint(b, kv.CreateRevision)
+	b = binary.AppendVarint(b, kv.ModRevision)
+	return binary.AppendVarint(b, kv.Version)
+}
+
+// decoder reads the encodings above. The first problem sticks in err; later reads
+// return zero values, so decode functions check once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail("truncated")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bool() bool {
+	switch d.byte() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	d.fail("bad bool")
+	return false
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads an element count and checks it against the bytes left, given that each
+// element takes at least minSize bytes.
+func (d *decoder) count(minSize int) int {
+	n := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)/minSize) {
+		d.fail("count exceeds data")
+		return 0
+	}
+	return int(n)
+}
+
+// bytes reads a length-prefixed byte string, aliasing the input; empty yields nil.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("length exceeds data")
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) kv() KeyValue {
+	return KeyValue{Key: d.bytes(), Value: d.bytes(), CreateRevision: d.varint(),
+		ModRevision: d.varint(), Version: d.varint()}
+}
+
+func (d *decoder) finish() error {
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	return nil
+}

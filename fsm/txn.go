@@ -1,0 +1,250 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// txnLocked validates t, evaluates its compares against the latest state and runs the
+// chosen branch. Every write of the branch gets revision+1; the revision advances only
+// if something was written.
+func (s *Store) txnLocked(t *Txn) *Result {
+	if err := validateTxn(t); err != nil {
+		return &Result{Revision: s.cur.revision, Err: err}
+	}
+	ok := true
+	for _, c := range t.Compares {
+		if !s.compareLocked(c) {
+			ok = false
+			break
+		}
+	}
+	ops := t.Success
+	if !ok {
+		ops = t.Failure
+	}
+	rev := s.cur.revision + 1
+	wrote := false
+	resps := make([]OpResponse, 0, len(ops))
+	for _, op := range ops {
+		r := OpResponse{Type: op.Type}
+		switch op.Type {
+		case OpPut:
+			if prev, live := s.liveLocked(op.Key); live {
+				r.PrevKV = &prev
+			}
+			s.writeLocked(op.Key, op.Value, rev, false)
+			wrote = true
+		case OpDelete:
+			if prev, live := s.liveLocked(op.Key); live {
+				r.PrevKV = &prev
+				r.Deleted = 1
+				s.writeLocked(op.Key, nil, rev, true)
+				wrote = true
+			}
+		case OpDeleteRange:
+			var keys [][]byte
+			s.ascend(op.Key, op.End, func(e *entry) bool {
+				if e.hist != nil && !e.hist.tombstone() {
+					keys = append(keys, e.key)
+				}
+				return true
+			})
+			for _, k := range keys {
+				s.writeLocked(k, nil, rev, true)
+			}
+			r.Deleted = int64(len(keys))
+			wrote = wrote || len(keys) > 0
+		case OpGet:
+			if op.End == nil {
+				if kv, live := s.liveLocked(op.Key); live {
+					r.KVs = []KeyValue{kv}
+				}
+				break
+			}
+			s.ascend(op.Key, op.End, func(e *entry) bool {
+				if e.hist == nil || e.hist.tombstone() {
+					return true
+				}
+				if op.Limit > 0 && int64(len(r.KVs)) == op.Limit {
+					r.More = true
+					return false
+				}
+				r.KVs = append(r.KVs, e.hist.keyValue(e.key))
+				return true
+			})
+		}
+		resps = append(resps, r)
+	}
+	if wrote {
+		s.cur.revision = rev
+	}
+	return &Result{Revision: s.cur.revision, Succeeded: ok, Responses: resps}
+}
+
+// validateTxn rejects a malformed transaction before anything runs, so a transaction is
+// all or nothing.
+func validateTxn(t *Txn) error {
+	if t == nil {
+		return fmt.Errorf("%w: transaction missing", ErrInvalidCommand)
+	}
+	if len(t.Compares) > MaxTxnOps || len(t.Success) > MaxTxnOps || len(t.Failure) > MaxTxnOps {
+		return fmt.Errorf("%w: %d compares, %d success ops, %d failure ops; at most %d each",
+			ErrTooManyOps, len(t.Compares), len(t.Success), len(t.Failure), MaxTxnOps)
+	}
+	for i, c := range t.Compares {
+		if len(c.Key) == 0 {
+			return fmt.Errorf("%w: compare %d: empty key", ErrInvalidCommand, i)
+		}
+		if c.Target < TargetValue || c.Target > TargetExists {
+			return fmt.Errorf("%w: compare %d: unknown target %d", ErrInvalidCommand, i, c.Target)
+		}
+		if c.Result < CompareEqual || c.Result > CompareGreater {
+			return fmt.Errorf("%w: compare %d: unknown result %d", ErrInvalidCommand, i, c.Result)
+		}
+		if c.Target == TargetExists && c.Result != CompareEqual && c.Result != CompareNotEqual {
+			return fmt.Errorf("%w: compare %d: exists takes only equal or not_equal", ErrInvalidCommand, i)
+		}
+	}
+	for _, list := range [][]Op{t.Success, t.Failure} {
+		for i, op := range list {
+			if err := validateOp(op); err != nil {
+				return fmt.Errorf("%w: op %d: %v", ErrInvalidCommand, i, err)
+			}
+		}
+	}
+	return nil
+}
+
+func validateOp(op Op) error {
+	switch op.Type {
+	case OpPut, OpDelete:
+		if len(op.Key) == 0 {
+			return fmt.Errorf("empty key")
+		}
+	case OpDeleteRange, OpGet:
+		if op.Type == OpGet && len(op.Key) == 0 && op.End == nil {
+			return fmt.Errorf("empty key")
+		}
+		if op.End != nil && len(op.End) > 0 && bytes.Compare(op.End, op.Key) <= 0 {
+			return fmt.Errorf("range end %q is not after start %q", op.End, op.Key)
+		}
+		if op.Limit < 0 {
+			return fmt.Errorf("negative limit")
+		}
+	default:
+		return fmt.Errorf("unknown op type %d", op.Type)
+	}
+	return nil
+}
+
+// compareLocked evaluates one guard against the latest state. As in etcd, a value
+// comparison against an absent key is false whatever the relation.
+func (s *Store) compareLocked(c Compare) bool {
+	kv, live := s.liveLocked(c.Key)
+	var cmp int
+	switch c.Target {
+	case TargetValue:
+		if !live {
+			return false
+		}
+		cmp = bytes.Compare(kv.Value, c.Value)
+	case TargetVersion:
+		cmp = cmpInt(kv.Version, c.Int)
+	case TargetModRevision:
+		cmp = cmpInt(kv.ModRevision, c.Int)
+	case TargetCreateRevision:
+		cmp = cmpInt(kv.CreateRevision, c.Int)
+	case TargetExists:
+		exists := int64(0)
+		if live {
+			exists = 1
+		}
+		cmp = cmpInt(exists, c.Int)
+	}
+	switch c.Result {
+	case CompareEqual:
+		return cmp == 0
+	case CompareNotEqual:
+		return cmp != 0
+	case CompareLess:
+		return cmp < 0
+	case CompareGreater:
+		return cmp > 0
+	}
+	return false
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// liveLocked returns the latest version of key if the key exists.
+func (s *Store) liveLocked(key []byte) (KeyValue, bool) {
+	e, ok := s.cur.tree.Get(&entry{key: key})
+	if !ok || e.hist == nil || e.hist.tombstone() {
+		return KeyValue{}, false
+	}
+	return e.hist.keyValue(e.key), true
+}
+
+// ascend visits the entries of [start, end) of the current tree; end nil means no bound.
+func (s *Store) ascend(start, end []byte, fn func(*entry) bool) {
+	ascendTree(s.cur.tree, start, end, fn)
+}
+
+// writeLocked links a new version of key at rev: a value, or a tombstone when tomb is
+// set. A second write to the same key in one transaction replaces the first one's
+// version (one revision holds one version per key).
+func (s *Store) writeLocked(key, value []byte, rev int64, tomb bool) {
+	e, found := s.cur.tree.Get(&entry{key: key})
+	var head, base *version
+	if found {
+		head = e.hist
+		base = head
+		if base != nil && base.mod == rev {
+			base = base.next
+		}
+	} else {
+		key = bytes.Clone(key)
+	}
+	liveBase := base != nil && !base.tombstone()
+	if tomb && !liveBase {
+		// Nothing live below this transaction's own write: undo that write.
+		switch {
+		case head == base:
+		case base == nil:
+			s.cur.tree.Delete(e)
+		default:
+			s.cur.tree.ReplaceOrInsert(&entry{key: e.key, hist: base})
+		}
+		return
+	}
+	var nv *version
+	switch {
+	case tomb:
+		nv = &version{mod: rev, next: base}
+	case liveBase:
+		nv = &version{value: value, create: base.create, mod: rev, version: base.version + 1, next: base}
+	default:
+		nv = &version{value: value, create: rev, mod: rev, version: 1, next: base}
+	}
+	if found {
+		key = e.key
+	}
+	if base != nil && head == base {
+		// base is superseded by rev: once rev is compacted, base can go.
+		s.pending.push(rev, key)
+	}
+	s.cur.tree.ReplaceOrInsert(&entry{key: key, hist: nv})
+}
+
+func (v *version) keyValue(key []byte) KeyValue {
+	return KeyValue{Key: key, Value: v.value, CreateRevision: v.create, ModRevision: v.mod, Version: v.version}
+}
