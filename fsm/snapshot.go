@@ -187,7 +187,13 @@ func (sr *snapReader) bytes(max uint64, what string) []byte {
 	if n == 0 {
 		return nil
 	}
-	// Grow as data arrives rather than trusting n, so a lying length costs nothing.
+	if n <= 64<<10 {
+		p := make([]byte, n)
+		sr.full(p)
+		return p
+	}
+	// Grow as data arrives rather than trusting a large n, so a lying length costs
+	// nothing.
 	var buf bytes.Buffer
 	if _, err := io.CopyN(&buf, sr.r, int64(n)); err != nil {
 		sr.fail("truncated %s", what)

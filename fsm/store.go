@@ -176,10 +176,11 @@ func (s *Store) compactLocked(rev int64) *Result {
 	return &Result{Revision: s.cur.revision, Succeeded: true}
 }
 
-// CompactStep reclaims up to max superseded versions below the compact revision and
-// reports whether more are waiting. Its cost is proportional to what it removes (plus a
-// B-tree lookup per key), never to the size of the keyspace, and it holds the write
-// lock only for one step, so callers interleave it with writes.
+// CompactStep processes up to max queued supersessions below the compact revision,
+// returns how many versions it dropped and reports whether more are waiting. Each write
+// that superseded a version queued one entry, so the work is proportional to what is
+// removed (plus a B-tree lookup per entry), never to the size of the keyspace; it holds
+// the write lock for one step only, so callers interleave it with writes.
 func (s *Store) CompactStep(max int) (removed int, more bool) {
 	if max <= 0 {
 		max = 1
@@ -187,7 +188,7 @@ func (s *Store) CompactStep(max int) (removed int, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	touched := false
-	for removed < max {
+	for i := 0; i < max; i++ {
 		p, ok := s.pending.peek()
 		if !ok || p.rev > s.cur.compactRev {
 			break

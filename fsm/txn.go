@@ -200,43 +200,40 @@ func (s *Store) ascend(start, end []byte, fn func(*entry) bool) {
 }
 
 // writeLocked links a new version of key at rev: a value, or a tombstone when tomb is
-// set. A second write to the same key in one transaction replaces the first one's
-// version (one revision holds one version per key).
+// set. Writes within one transaction apply in order (a second put of a key bumps its
+// version again, as in etcd), but one revision keeps one version per key: a later write
+// of the same transaction replaces the earlier one's version.
 func (s *Store) writeLocked(key, value []byte, rev int64, tomb bool) {
 	e, found := s.cur.tree.Get(&entry{key: key})
-	var head, base *version
+	var head, base *version // head: latest version; base: latest before this revision
 	if found {
-		head = e.hist
-		base = head
+		key = e.key
+		head, base = e.hist, e.hist
 		if base != nil && base.mod == rev {
 			base = base.next
 		}
 	} else {
 		key = bytes.Clone(key)
 	}
-	liveBase := base != nil && !base.tombstone()
-	if tomb && !liveBase {
-		// Nothing live below this transaction's own write: undo that write.
-		switch {
-		case head == base:
-		case base == nil:
-			s.cur.tree.Delete(e)
-		default:
-			s.cur.tree.ReplaceOrInsert(&entry{key: e.key, hist: base})
-		}
-		return
-	}
+	headLive := head != nil && !head.tombstone()
 	var nv *version
 	switch {
+	case tomb && !headLive:
+		return
+	case tomb && (base == nil || base.tombstone()):
+		// The key was created by this transaction: deleting it undoes that write.
+		if base == nil {
+			s.cur.tree.Delete(e)
+		} else {
+			s.cur.tree.ReplaceOrInsert(&entry{key: key, hist: base})
+		}
+		return
 	case tomb:
 		nv = &version{mod: rev, next: base}
-	case liveBase:
-		nv = &version{value: value, create: base.create, mod: rev, version: base.version + 1, next: base}
+	case headLive:
+		nv = &version{value: value, create: head.create, mod: rev, version: head.version + 1, next: base}
 	default:
 		nv = &version{value: value, create: rev, mod: rev, version: 1, next: base}
-	}
-	if found {
-		key = e.key
 	}
 	if base != nil && head == base {
 		// base is superseded by rev: once rev is compacted, base can go.
