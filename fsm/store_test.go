@@ -18,8 +18,8 @@ func apply(t testing.TB, s *Store, cmd *Command) *Result {
 	return s.Apply(s.AppliedIndex()+1, data)
 }
 
-func put(k, v string) Op   { return Op{Type: OpPut, Key: []byte(k), Value: []byte(v)} }
-func del(k string) Op      { return Op{Type: OpDelete, Key: []byte(k)} }
+func put(k, v string) Op     { return Op{Type: OpPut, Key: []byte(k), Value: []byte(v)} }
+func del(k string) Op        { return Op{Type: OpDelete, Key: []byte(k)} }
 func txn(ops ...Op) *Command { return &Command{Type: CmdTxn, Txn: &Txn{Success: ops}} }
 
 func mustGet(t *testing.T, v *View, key string, rev int64) KeyValue {
