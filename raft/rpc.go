@@ -1,0 +1,292 @@
+package raft
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+)
+
+// keel's RPC on the raft port: a connection carries one request at a time, each a
+// frame (uint32 length, then the payload). A request payload is a kind byte and a
+// body; a response is a status byte (0 = ok) and a body (the result, or an error code
+// byte and message).
+
+const (
+	rpcApply byte = iota + 1
+	rpcReadIndex
+	rpcAddVoter
+	rpcAddNonvoter
+	rpcRemove
+	rpcTransfer
+)
+
+const (
+	errCodeNoLeader byte = iota + 1
+	errCodeNotLeader
+	errCodeTimeout
+	errCodeShutdown
+	errCodeOther
+)
+
+// maxFrame bounds a frame: a command is at most a few MiB (values ≤ 1.5 MiB by default,
+// 128 ops per transaction).
+const maxFrame = 64 << 20
+
+func writeFrame(w *bufio.Writer, parts ...[]byte) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(n))
+	w.Write(hdr[:])
+	for _, p := range parts {
+		w.Write(p)
+	}
+	return w.Flush()
+}
+
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 || n > maxFrame {
+		return nil, fmt.Errorf("raft rpc: bad frame length %d", n)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func encodeErr(err error) []byte {
+	code := errCodeOther
+	switch {
+	case errors.Is(err, ErrNoLeader):
+		code = errCodeNoLeader
+	case errors.Is(err, ErrNotLeader):
+		code = errCodeNotLeader
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		code = errCodeTimeout
+	case errors.Is(err, ErrShutdown):
+		code = errCodeShutdown
+	}
+	return append([]byte{1, code}, err.Error()...)
+}
+
+func decodeErr(b []byte) error {
+	if len(b) < 1 {
+		return errors.New("raft rpc: empty error")
+	}
+	msg := string(b[1:])
+	var sentinel error
+	switch b[0] {
+	case errCodeNoLeader:
+		sentinel = ErrNoLeader
+	case errCodeNotLeader:
+		sentinel = ErrNotLeader
+	case errCodeTimeout:
+		sentinel = ErrTimeout
+	case errCodeShutdown:
+		sentinel = ErrShutdown
+	default:
+		return errors.New(msg)
+	}
+	if msg == sentinel.Error() {
+		return sentinel
+	}
+	return fmt.Errorf("%w (remote: %s)", sentinel, msg)
+}
+
+// serveRPC answers requests on one connection until it fails or the node closes.
+func (n *Node) serveRPC(conn net.Conn) {
+	n.rpcConns.Add(conn)
+	defer n.rpcConns.Remove(conn)
+	defer conn.Close()
+	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	for {
+		req, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		resp, err := n.handleRPC(req[0], req[1:])
+		if err != nil {
+			err = writeFrame(w, encodeErr(err))
+		} else {
+			err = writeFrame(w, []byte{0}, resp)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	switch kind {
+	case rpcApply:
+		// Forwarded writes are applied only here, never forwarded again: a stale
+		// leader view on both sides must not make a write bounce.
+		return n.applyLocal(data(body))
+	case rpcReadIndex:
+		idx, err := n.leaderReadIndex(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return binary.AppendUvarint(nil, idx), nil
+	case rpcAddVoter, rpcAddNonvoter:
+		id, addr, ok := strings.Cut(string(body), "\x00")
+		if !ok {
+			return nil, errors.New("raft rpc: bad join request")
+		}
+		return nil, n.addServer(ctx, id, addr, kind == rpcAddVoter)
+	case rpcRemove:
+		return nil, n.RemoveServer(ctx, string(body))
+	case rpcTransfer:
+		return nil, n.TransferLeadership(ctx, string(body))
+	}
+	return nil, fmt.Errorf("raft rpc: unknown request kind %d", kind)
+}
+
+type data []byte
+
+// errSent marks a transport failure after the request was written: the remote side may
+// have acted on it, so the caller must not assume it did not.
+var errSent = errors.New("raft rpc: connection failed after the request was sent")
+
+// rpcPool keeps idle RPC connections per address; forwarded writes are the hot path of a
+// follower, and a connection carries one request at a time.
+type rpcPool struct {
+	mu     sync.Mutex
+	idle   map[string][]*rpcConn
+	closed bool
+}
+
+type rpcConn struct {
+	c net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+const maxIdlePerAddr = 64
+
+func (p *rpcPool) get(ctx context.Context, addr string) (*rpcConn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	if list := p.idle[addr]; len(list) > 0 {
+		c := list[len(list)-1]
+		p.idle[addr] = list[:len(list)-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	conn, err := dialProto(addr, protoRPC, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &rpcConn{c: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}, nil
+}
+
+func (p *rpcPool) put(addr string, c *rpcConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle[addr]) >= maxIdlePerAddr {
+		c.c.Close()
+		return
+	}
+	if p.idle == nil {
+		p.idle = map[string][]*rpcConn{}
+	}
+	p.idle[addr] = append(p.idle[addr], c)
+}
+
+func (p *rpcPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, list := range p.idle {
+		for _, c := range list {
+			c.c.Close()
+		}
+	}
+	p.idle = nil
+}
+
+// call sends one request to addr and waits for its response. A transport failure
+// before the request was written is returned as is (safe to retry elsewhere); after,
+// it wraps errSent.
+func (p *rpcPool) call(ctx context.Context, addr string, kind byte, body []byte) ([]byte, error) {
+	c, err := p.get(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	if dl, ok := ctx.Deadline(); ok {
+		deadline = dl
+	}
+	c.c.SetDeadline(deadline)
+	if err := writeFrame(c.w, []byte{kind}, body); err != nil {
+		c.c.Close()
+		// A pooled connection may have been closed by the peer while idle; nothing
+		// reached a live server loop, so the write is safe to retry.
+		return nil, fmt.Errorf("raft rpc to %s: %w", addr, err)
+	}
+	resp, err := readFrame(c.r)
+	if err != nil {
+		c.c.Close()
+		return nil, fmt.Errorf("%w: %s: %v", errSent, addr, err)
+	}
+	c.c.SetDeadline(time.Time{})
+	p.put(addr, c)
+	if resp[0] != 0 {
+		return nil, decodeErr(resp[1:])
+	}
+	return resp[1:], nil
+}
+
+// connSet tracks server-side connections so Close can cut them.
+type connSet struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (s *connSet) Add(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+}
+
+func (s *connSet) Remove(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
+
+func (s *connSet) CloseAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.Close()
+	}
+}
