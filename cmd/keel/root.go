@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/kv/client"
+)
+
+// globalFlags are shared by every client subcommand.
+type globalFlags struct {
+	addr    string
+	timeout time.Duration
+	output  string
+}
+
+var global globalFlags
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "keel",
+		Short:         "keel: a Raft-replicated MVCC key-value store for small HA control planes",
+		Version:       buildinfo.Version(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	defAddr := os.Getenv("KEEL_ADDR")
+	if defAddr == "" {
+		defAddr = "127.0.0.1:7370"
+	}
+	pf.StringVar(&global.addr, "addr", defAddr, "HTTP address(es) of keel nodes, comma-separated (env KEEL_ADDR)")
+	pf.DurationVar(&global.timeout, "timeout", 30*time.Second, "deadline for one command")
+	pf.StringVarP(&global.output, "output", "o", "text", "output format: text or json")
+	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
+		newCompactCmd(), newStatusCmd())
+	return root
+}
+
+// newClient builds a client for -addr.
+func newClient() (*client.Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(global.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return client.New(addrs, client.Options{})
+}
+
+// withTimeout is the context of one client command.
+func withTimeout(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ctx, global.timeout)
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// exitCode maps an error to the process exit status: 1 for a failed request or bad
+// usage, 2 when the key was not found (like `grep`'s "no match"), 3 for a CAS conflict.
+func exitCode(err error) int {
+	switch {
+	case client.IsNotFound(err):
+		return 2
+	case client.IsConflict(err):
+		return 3
+	}
+	return 1
+}

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/raft"
+)
+
+// Config is one node's configuration: where its data lives, what it listens on, and how
+// it finds its cluster.
+type Config struct {
+	// NodeID names the node for its whole life. Empty: the ID stored in DataDir, or a new
+	// random one on first start (then stored). A stored ID that differs is an error.
+	NodeID   string
+	DataDir  string
+	HTTPAddr string // default 127.0.0.1:7370
+	Raft     raft.Config
+	KV       kv.Config
+	Logger   hclog.Logger
+}
+
+// DefaultConfig returns a config for a node on loopback with the default ports.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr: "127.0.0.1:7370",
+		Raft:     raft.DefaultConfig(),
+		KV:       kv.DefaultConfig(),
+	}
+}
+
+var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Validate checks each field and names the bad value.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("agent: data dir is required")
+	}
+	if c.NodeID != "" && !nodeIDPattern.MatchString(c.NodeID) {
+		return fmt.Errorf("agent: node id %q: want 1-63 of [A-Za-z0-9._-], starting with a letter or digit", c.NodeID)
+	}
+	if c.HTTPAddr == "" {
+		return errors.New("agent: http address is required")
+	}
+	return nil
+}
+
+const nodeIDFile = "node-id"
+
+// loadOrCreateNodeID returns the node ID stored in dir, creating dir and the ID file on
+// first start. want, when set, must match a stored ID: a data dir belongs to one node.
+func loadOrCreateNodeID(dir, want string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create data dir: %w", err)
+	}
+	path := filepath.Join(dir, nodeIDFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		stored := strings.TrimSpace(string(b))
+		if !nodeIDPattern.MatchString(stored) {
+			return "", fmt.Errorf("agent: %s holds %q, not a node id: the data dir is corrupt or not keel's", path, stored)
+		}
+		if want != "" && want != stored {
+			return "", fmt.Errorf("agent: data dir %s belongs to node %q, not %q", dir, stored, want)
+		}
+		return stored, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("read node id: %w", err)
+	}
+	id := want
+	if id == "" {
+		var r [6]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", fmt.Errorf("generate node id: %w", err)
+		}
+		id = "node-" + hex.EncodeToString(r[:])
+	}
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write node id: %w", err)
+	}
+	return id, nil
+}

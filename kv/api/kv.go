@@ -1,0 +1,68 @@
+package api
+
+// KV is one key as seen at some revision.
+//
+//	{"key":"app/a","value":"aGk=","create_revision":3,"mod_revision":7,"version":2}
+type KV struct {
+	// Key is the key, a UTF-8 string.
+	Key string `json:"key"`
+	// Value is the value bytes, base64 in JSON.
+	Value []byte `json:"value"`
+	// CreateRevision is the revision of the write that created this generation of the
+	// key (a key deleted and written again gets a new create revision).
+	CreateRevision int64 `json:"create_revision"`
+	// ModRevision is the revision of the last write to the key. Compare-and-swap
+	// (prev_revision, compare target "mod_revision") is on this field.
+	ModRevision int64 `json:"mod_revision"`
+	// Version counts writes to the key since its creation: 1 after the create.
+	Version int64 `json:"version"`
+}
+
+// GetResponse answers GET /v1/kv/{key}: the key's fields and the revision the read was
+// served at.
+//
+//	{"key":"a","value":"aGk=","create_revision":3,"mod_revision":7,"version":2,"revision":9}
+type GetResponse struct {
+	KV
+	// Revision is the store revision the read reflects (the requested ?revision= when
+	// one was given).
+	Revision int64 `json:"revision"`
+}
+
+// PutResponse answers PUT /v1/kv/{key}.
+//
+//	{"revision":10}
+type PutResponse struct {
+	// Revision is the revision of the write; it is the key's new mod revision.
+	Revision int64 `json:"revision"`
+}
+
+// DeleteResponse answers DELETE /v1/kv/{key}.
+//
+//	{"revision":11,"deleted":1}
+type DeleteResponse struct {
+	// Revision is the revision of the delete, or the current revision when nothing
+	// was deleted (a delete of an absent key does not advance the revision).
+	Revision int64 `json:"revision"`
+	// Deleted is the number of keys deleted (0 or 1 without ?prefix=true).
+	Deleted int64 `json:"deleted"`
+}
+
+// ListResponse answers GET /v1/kv/{prefix}?list=true: one page of a paged scan.
+//
+//	{"items":[{"key":"a/1",...},{"key":"a/2",...}],"revision":42,"continue":"AQ..."}
+//
+// Every page of one scan is served at the same Revision. A page never holds more than
+// the requested limit items; it may hold zero items and still carry a continue token
+// (for example over a long run of deleted keys). The scan is complete exactly when
+// Continue is empty.
+type ListResponse struct {
+	// Items are the live keys of this page in ascending key order.
+	Items []KV `json:"items"`
+	// Revision is the revision every page of the scan is served at.
+	Revision int64 `json:"revision"`
+	// Continue is an opaque token for the next page (pass it as ?continue=); empty
+	// when the scan is complete. It is valid on every node and across restarts until
+	// Revision is compacted.
+	Continue string `json:"continue,omitempty"`
+}

@@ -1,0 +1,187 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a Client. The zero value is usable: every zero field takes the
+// default named on it.
+type Options struct {
+	// HTTPClient sends the requests; default: a client with its own Transport tuned
+	// for many concurrent requests to a few nodes (see MaxIdleConnsPerHost).
+	HTTPClient *http.Client
+	// MaxIdleConnsPerHost bounds the idle keep-alive connections kept per node
+	// (default 256) when HTTPClient is nil.
+	MaxIdleConnsPerHost int
+	// DialTimeout bounds connecting to a node (default 5s) when HTTPClient is nil.
+	DialTimeout time.Duration
+	// MaxRetries is how many times a failed request is repeated when that is safe
+	// (default 8; negative = never).
+	MaxRetries int
+	// MinBackoff and MaxBackoff bound the jittered exponential wait between retries
+	// (defaults 25ms and 1s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxIdleConnsPerHost <= 0 {
+		o.MaxIdleConnsPerHost = 256
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 8
+	}
+	if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 25 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = time.Second
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = o.MinBackoff
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Transport: newTransport(o)}
+	}
+	return o
+}
+
+// newTransport is a Transport for many concurrent requests to a few nodes.
+func newTransport(o Options) *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          o.MaxIdleConnsPerHost * 8,
+		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // the server bounds its own work; ctx bounds ours
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Client talks to a keel cluster through the HTTP API of any of its nodes. Safe for
+// concurrent use.
+type Client struct {
+	addrs []string // base URLs: scheme://host:port
+	opts  Options
+	cur   atomic.Uint32 // index of the node to try first
+}
+
+// New returns a client for the nodes at addrs ("host:port" or "http(s)://host:port").
+// It does not connect until the first request.
+func New(addrs []string, opts Options) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("client: no addresses")
+	}
+	c := &Client{opts: opts.withDefaults()}
+	for _, a := range addrs {
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		u, err := url.Parse(a)
+		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("client: bad address %q", a)
+		}
+		c.addrs = append(c.addrs, u.Scheme+"://"+u.Host)
+	}
+	return c, nil
+}
+
+// call is one API request, re-sendable as many times as retries need.
+type call struct {
+	method string
+	path   string // escaped path
+	query  url.Values
+	body   []byte
+	ctype  string
+	write  bool // changes state: retried only when known not applied
+}
+
+// do sends c, retrying what is safe to retry, and decodes a 2xx JSON answer into out.
+func (c *Client) do(ctx context.Context, cl call, out any) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		idx := int(c.cur.Load()) % len(c.addrs)
+		var retryAfter time.Duration
+		retryAfter, err = c.attempt(ctx, c.addrs[idx], cl, out)
+		if err == nil || attempt >= c.opts.MaxRetries || !safeToRetry(err, cl.write) {
+			return err
+		}
+		c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))
+		if serr := sleep(ctx, c.backoff(attempt, retryAfter)); serr != nil {
+			return fmt.Errorf("client: gave up: %w; last attempt: %w", serr, err)
+		}
+	}
+}
+
+// attempt sends cl once to the node at base.
+func (c *Client) attempt(ctx context.Context, base string, cl call, out any) (time.Duration, error) {
+	u := base + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	if err != nil {
+		return 0, fmt.Errorf("client: %w", err)
+	}
+	if cl.ctype != "" {
+		req.Header.Set("Content-Type", cl.ctype)
+	}
+	resp, err := c.opts.HTTPClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("client: %s %s: %w", cl.method, cl.path, err)
+	}
+	defer func() {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if out == nil {
+			return 0, nil
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return 0, fmt.Errorf("client: %s %s: decode answer: %w: %w", cl.method, cl.path, errBrokenResponse, err)
+		}
+		return 0, nil
+	}
+	return retryAfterOf(resp), readError(resp)
+}
+
+// readError turns a failed response into an *Error, even when a proxy answered with
+// something that is not keel's JSON.
+func readError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	e := &Error{}
+	if err := json.Unmarshal(b, e); err != nil || e.Code == 0 {
+		e = &Error{Code: resp.StatusCode, Reason: http.StatusText(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+	}
+	return e
+}
+
+func retryAfterOf(resp *http.Response) time.Duration {
+	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || secs < 0 {
+		return 0
+	}
+	return time.Duration(secs) * time.Second
+}

@@ -1,0 +1,112 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// Addr is the HTTP listen address used by ListenAndServe callers; Serve takes a
+	// listener and ignores it.
+	Addr string
+	// MaxKeyBytes bounds the length of a key in bytes.
+	MaxKeyBytes int
+	// MaxValueBytes bounds a value (the PUT body, each txn put value): 413 above it.
+	MaxValueBytes int64
+	// MaxTxnBodyBytes bounds the JSON body of POST /v1/txn and /v1/compact: 413 above it.
+	MaxTxnBodyBytes int64
+	// DefaultListLimit is the page size of a list without ?limit=.
+	DefaultListLimit int
+	// MaxListLimit is the largest accepted ?limit= (400 above it); it is also the
+	// limit of a ranged txn get that asks for none.
+	MaxListLimit int
+	// MaxListBytes bounds the key and value bytes of one list page; a page that would
+	// exceed it ends early with a continue token (a page always holds at least one
+	// item when one is left in the range).
+	MaxListBytes int
+	// RequestTimeout bounds the store work of one request (apply or read index).
+	RequestTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout configure the
+	// http.Server built by Serve (0 = no timeout for the last three).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// SecretWait bounds how long a request waits for the cluster secret before it
+	// answers 503 (continue tokens cannot be signed or checked without it).
+	SecretWait time.Duration
+	// RetryAfter is the Retry-After (whole seconds, at least 1) sent with 503 and 504.
+	RetryAfter time.Duration
+}
+
+// DefaultConfig returns the default configuration.
+func DefaultConfig() Config {
+	return Config{
+		Addr:              "127.0.0.1:7370",
+		MaxKeyBytes:       4096,
+		MaxValueBytes:     1536 * 1024,
+		MaxTxnBodyBytes:   8 << 20,
+		DefaultListLimit:  1000,
+		MaxListLimit:      10000,
+		MaxListBytes:      32 << 20,
+		RequestTimeout:    10 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		SecretWait:        2 * time.Second,
+		RetryAfter:        time.Second,
+	}
+}
+
+// Validate reports every bad value, naming each and the field it must agree with.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("kv: Addr %q: %w", c.Addr, err))
+	}
+	if c.MaxKeyBytes < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxKeyBytes %d must be >= 1", c.MaxKeyBytes))
+	}
+	if c.MaxValueBytes < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxValueBytes %d must be >= 1", c.MaxValueBytes))
+	}
+	if c.MaxTxnBodyBytes < c.MaxValueBytes {
+		errs = append(errs, fmt.Errorf("kv: MaxTxnBodyBytes %d must be >= MaxValueBytes %d",
+			c.MaxTxnBodyBytes, c.MaxValueBytes))
+	}
+	if c.MaxListLimit < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxListLimit %d must be >= 1", c.MaxListLimit))
+	}
+	if c.DefaultListLimit < 1 || c.DefaultListLimit > c.MaxListLimit {
+		errs = append(errs, fmt.Errorf("kv: DefaultListLimit %d must be in [1, MaxListLimit %d]",
+			c.DefaultListLimit, c.MaxListLimit))
+	}
+	if c.MaxListBytes < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxListBytes %d must be >= 1", c.MaxListBytes))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("kv: RequestTimeout %v must be > 0", c.RequestTimeout))
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("kv: ReadHeaderTimeout %v must be > 0", c.ReadHeaderTimeout))
+	}
+	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("kv: ReadTimeout %v, WriteTimeout %v, IdleTimeout %v must be >= 0",
+			c.ReadTimeout, c.WriteTimeout, c.IdleTimeout))
+	}
+	if c.WriteTimeout > 0 && c.WriteTimeout <= c.RequestTimeout {
+		errs = append(errs, fmt.Errorf("kv: WriteTimeout %v must exceed RequestTimeout %v (or be 0)",
+			c.WriteTimeout, c.RequestTimeout))
+	}
+	if c.SecretWait <= 0 {
+		errs = append(errs, fmt.Errorf("kv: SecretWait %v must be > 0", c.SecretWait))
+	}
+	if c.RetryAfter < time.Second {
+		errs = append(errs, fmt.Errorf("kv: RetryAfter %v must be >= 1s", c.RetryAfter))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,99 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
+)
+
+// Sentinel errors of the HTTP layer. Every one of them means nothing was changed.
+var (
+	// ErrInvalidKey: a key is empty, longer than MaxKeyBytes, or not UTF-8.
+	ErrInvalidKey = errors.New("kv: invalid key")
+	// ErrInvalidParam: a query parameter is unknown, malformed or out of range.
+	ErrInvalidParam = errors.New("kv: invalid parameter")
+	// ErrInvalidBody: a JSON body cannot be decoded or fails validation.
+	ErrInvalidBody = errors.New("kv: invalid request body")
+	// ErrInvalidContinueToken: a continue token is garbled, tampered with, signed by
+	// another cluster, or used for a range it was not issued for.
+	ErrInvalidContinueToken = errors.New("kv: invalid continue token")
+	// ErrTooLarge: a value or body exceeds its configured limit.
+	ErrTooLarge = errors.New("kv: request too large")
+	// ErrConflict: a compare-and-swap guard failed; nothing was written.
+	ErrConflict = errors.New("kv: compare failed")
+	// ErrNotReady: the node cannot serve the request yet (no cluster secret, a
+	// readiness check failing).
+	ErrNotReady = errors.New("kv: node not ready")
+	// ErrNoRoute: no route matches the path.
+	ErrNoRoute = errors.New("kv: no such route")
+	// ErrMethodNotAllowed: the route exists but not for the request's method.
+	ErrMethodNotAllowed = errors.New("kv: method not allowed")
+)
+
+// expiredError is a 410 that carries an inconsistent continue token.
+type expiredError struct {
+	err  error
+	cont string
+}
+
+func (e *expiredError) Error() string { return e.err.Error() }
+func (e *expiredError) Unwrap() error { return e.err }
+
+// classify maps an error to its HTTP status and api reason. It is the only place that
+// decides statuses; order matters where sentinels could overlap.
+func classify(err error) (code int, reason string) {
+	switch {
+	case errors.Is(err, ErrInvalidContinueToken):
+		return http.StatusBadRequest, api.ReasonInvalidContinueToken
+	case errors.Is(err, fsm.ErrFutureRevision):
+		return http.StatusBadRequest, api.ReasonFutureRevision
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidParam),
+		errors.Is(err, ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand),
+		errors.Is(err, fsm.ErrTooManyOps):
+		return http.StatusBadRequest, api.ReasonBadRequest
+	case errors.Is(err, fsm.ErrKeyNotFound), errors.Is(err, ErrNoRoute):
+		return http.StatusNotFound, api.ReasonNotFound
+	case errors.Is(err, ErrMethodNotAllowed):
+		return http.StatusMethodNotAllowed, api.ReasonMethodNotAllowed
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict, api.ReasonConflict
+	case errors.Is(err, fsm.ErrCompacted):
+		return http.StatusGone, api.ReasonResourceExpired
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, api.ReasonTooLarge
+	case errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrNotLeader),
+		errors.Is(err, ErrNotReady):
+		return http.StatusServiceUnavailable, api.ReasonUnavailable
+	case errors.Is(err, raft.ErrShutdown):
+		return http.StatusServiceUnavailable, api.ReasonShuttingDown
+	case errors.Is(err, raft.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, context.Canceled):
+		return http.StatusGatewayTimeout, api.ReasonTimeout
+	}
+	return http.StatusInternalServerError, api.ReasonInternal
+}
+
+// writeError answers err as an api.Error with the status classify picks.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, reason := classify(err)
+	body := api.Error{Code: code, Reason: reason, Message: err.Error()}
+	var expired *expiredError
+	if errors.As(err, &expired) {
+		body.Continue = expired.cont
+	}
+	switch code {
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
+		if reason != api.ReasonUnavailable && r.Method != http.MethodGet {
+			body.Message += "; the outcome of the write is unknown: it may or may not be applied"
+		}
+	case http.StatusInternalServerError:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	writeJSON(w, code, body)
+}

@@ -1,0 +1,152 @@
+// Package kvtest provides a kv.Store for the tests of kv and kv/client: a real
+// fsm.Store, driven directly, WITHOUT replication. Commands are encoded with
+// fsm.EncodeCommand and applied with an incrementing log index, exactly as raft's FSM
+// goroutine would apply committed entries, and views come straight from the store, so
+// every test exercises the real state machine; but there is no log, no leader
+// election and no network, and linearizable and serializable views are the same.
+// Replicated clusters are tested by package raft and by the end-to-end tests.
+//
+// It is test support only: no production code imports it.
+package kvtest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/raft"
+)
+
+// Secret is the cluster secret New installs.
+var Secret = []byte("kvtest cluster secret, 32 bytes")
+
+// LocalStore is a single-node, unreplicated store around a real fsm.Store. Safe for
+// concurrent use: Apply calls are serialized like raft's FSM goroutine.
+type LocalStore struct {
+	fsm *fsm.Store
+
+	mu struct {
+		sync.Mutex
+		index    uint64 // last applied log index
+		faultN   int    // calls left that fail with faultErr
+		faultErr error
+		noLeader bool
+	}
+}
+
+// New returns a store whose cluster secret is Secret.
+func New() *LocalStore { return NewWithSecret(Secret) }
+
+// NewWithSecret returns a store with the given cluster secret; nil means no secret
+// until SetSecret (the store is then "not ready").
+func NewWithSecret(secret []byte) *LocalStore {
+	s := &LocalStore{fsm: fsm.NewStore()}
+	if secret != nil {
+		s.SetSecret(secret)
+	}
+	return s
+}
+
+// SetSecret applies the cluster meta command; later calls are no-ops in the fsm.
+func (s *LocalStore) SetSecret(secret []byte) {
+	s.applyLocked(&fsm.Command{Type: fsm.CmdClusterMeta, ClusterID: "kvtest", Secret: secret})
+}
+
+// FSM returns the underlying state machine.
+func (s *LocalStore) FSM() *fsm.Store { return s.fsm }
+
+// FailNext makes the next n calls of Apply and View fail with err (for example
+// raft.ErrNoLeader) without touching the state machine.
+func (s *LocalStore) FailNext(n int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.faultN, s.mu.faultErr = n, err
+}
+
+// SetNoLeader makes Status report no known leader (for /readyz).
+func (s *LocalStore) SetNoLeader(noLeader bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.noLeader = noLeader
+}
+
+func (s *LocalStore) fault() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.faultN > 0 {
+		s.mu.faultN--
+		return s.mu.faultErr
+	}
+	return nil
+}
+
+// Apply encodes cmd and applies it at the next log index. After a compaction it also
+// reclaims the compacted versions, as the node's compaction loop would.
+func (s *LocalStore) Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+	if err := s.fault(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := s.applyLocked(cmd)
+	if cmd.Type == fsm.CmdCompact && res.Err == nil {
+		for {
+			if _, more := s.fsm.CompactStep(1024); !more {
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+func (s *LocalStore) applyLocked(cmd *fsm.Command) *fsm.Result {
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		return &fsm.Result{Err: err}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.index++
+	return s.fsm.Apply(s.mu.index, data)
+}
+
+// View returns the store's current view for either consistency.
+func (s *LocalStore) View(ctx context.Context, _ raft.Consistency) (*fsm.View, error) {
+	if err := s.fault(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.fsm.View(), nil
+}
+
+// ClusterSecret waits until the cluster secret is set or ctx is done.
+func (s *LocalStore) ClusterSecret(ctx context.Context) ([]byte, error) {
+	for {
+		if _, secret, ok := s.fsm.ClusterMeta(); ok {
+			return secret, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Status reports a one-member cluster led by this node (unless SetNoLeader).
+func (s *LocalStore) Status() raft.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := raft.Status{NodeID: "local", State: "Leader", LeaderID: "local", LeaderAddr: "127.0.0.1:0",
+		Term: 1, CommitIndex: s.mu.index, AppliedIndex: s.mu.index, LastLogIndex: s.mu.index,
+		Members: []raft.Member{{ID: "local", Address: "127.0.0.1:0", Suffrage: "Voter", Leader: true}}}
+	if s.mu.noLeader {
+		st.State, st.LeaderID, st.LeaderAddr = "Follower", "", ""
+		st.Members[0].Leader = false
+	}
+	return st
+}

@@ -1,0 +1,141 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
+)
+
+// limits are the input bounds every request is checked against before anything is
+// proposed or read.
+type limits struct {
+	maxKeyBytes   int
+	maxValueBytes int64
+	maxListLimit  int
+}
+
+func (c Config) limits() limits {
+	return limits{maxKeyBytes: c.MaxKeyBytes, maxValueBytes: c.MaxValueBytes, maxListLimit: c.MaxListLimit}
+}
+
+// checkKey accepts non-empty UTF-8 keys of at most maxKeyBytes bytes.
+func (l limits) checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
+	case len(key) > l.maxKeyBytes:
+		return fmt.Errorf("%w: key is %d bytes, more than the maximum %d", ErrInvalidKey, len(key), l.maxKeyBytes)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalidKey)
+	}
+	return nil
+}
+
+// checkValue accepts values of at most maxValueBytes bytes.
+func (l limits) checkValue(n int) error {
+	if int64(n) > l.maxValueBytes {
+		return fmt.Errorf("%w: value is %d bytes, more than the maximum %d", ErrTooLarge, n, l.maxValueBytes)
+	}
+	return nil
+}
+
+// readBody reads at most max bytes of r's body; a longer body is ErrTooLarge.
+func readBody(w http.ResponseWriter, r *http.Request, max int64, what string) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than the maximum %d", ErrTooLarge, what, r.ContentLength, max)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, fmt.Errorf("%w: %s is more than the maximum %d bytes", ErrTooLarge, what, max)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %v", ErrInvalidBody, what, err)
+	}
+	return b, nil
+}
+
+// params is a request's query, checked against the parameters its route accepts.
+type params struct{ q url.Values }
+
+// parseParams rejects unknown and repeated parameters, so a typo (?prefx=true) is a
+// 400 instead of a request that silently does something else.
+func parseParams(r *http.Request, allowed ...string) (params, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return params{}, fmt.Errorf("%w: query: %v", ErrInvalidParam, err)
+	}
+	for name, vals := range q {
+		if !contains(allowed, name) {
+			return params{}, fmt.Errorf("%w: unknown parameter %q (allowed: %v)", ErrInvalidParam, name, allowed)
+		}
+		if len(vals) > 1 {
+			return params{}, fmt.Errorf("%w: parameter %q given %d times", ErrInvalidParam, name, len(vals))
+		}
+	}
+	return params{q: q}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// has reports whether the parameter is present.
+func (p params) has(name string) bool { return p.q.Has(name) }
+
+// bool parses "true"/"false" (and the other strconv.ParseBool spellings); absent = false.
+func (p params) bool(name string) (bool, error) {
+	v := p.q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s=%q is not a boolean", ErrInvalidParam, name, v)
+	}
+	return b, nil
+}
+
+// int64 parses a decimal integer >= min; absent = def.
+func (p params) int64(name string, min, def int64) (int64, error) {
+	v := p.q.Get(name)
+	if v == "" {
+		if p.q.Has(name) {
+			return 0, fmt.Errorf("%w: %s is empty", ErrInvalidParam, name)
+		}
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s=%q is not an integer", ErrInvalidParam, name, v)
+	}
+	if n < min {
+		return 0, fmt.Errorf("%w: %s=%d must be >= %d", ErrInvalidParam, name, n, min)
+	}
+	return n, nil
+}
+
+// consistency parses ?consistency=; absent = linearizable.
+func (p params) consistency() (raft.Consistency, error) {
+	switch v := p.q.Get(api.ParamConsistency); v {
+	case "", api.ConsistencyLinearizable:
+		return raft.Linearizable, nil
+	case api.ConsistencySerializable:
+		return raft.Serializable, nil
+	default:
+		return 0, fmt.Errorf("%w: %s=%q must be %q or %q", ErrInvalidParam, api.ParamConsistency, v,
+			api.ConsistencyLinearizable, api.ConsistencySerializable)
+	}
+}

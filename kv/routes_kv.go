@@ -1,0 +1,196 @@
+package kv
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// handleGet serves GET /v1/kv/{key...}: one key, or a list page with ?list=true.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
+	p, err := parseParams(r, api.ParamRevision, api.ParamConsistency, api.ParamRaw,
+		api.ParamList, api.ParamLimit, api.ParamContinue)
+	if err != nil {
+		return err
+	}
+	if list, err := p.bool(api.ParamList); err != nil || list {
+		if err != nil {
+			return err
+		}
+		return s.handleList(w, r, p)
+	}
+	if p.has(api.ParamLimit) || p.has(api.ParamContinue) {
+		return fmt.Errorf("%w: limit and continue need list=true", ErrInvalidParam)
+	}
+	key := r.PathValue("key")
+	if err := s.lim.checkKey(key); err != nil {
+		return err
+	}
+	rev, err := p.int64(api.ParamRevision, 0, 0)
+	if err != nil {
+		return err
+	}
+	cons, err := p.consistency()
+	if err != nil {
+		return err
+	}
+	raw, err := p.bool(api.ParamRaw)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	view, err := s.viewAt(ctx, cons, rev)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		rev = view.Revision()
+	}
+	kv, err := view.Get([]byte(key), rev)
+	if err != nil {
+		return fmt.Errorf("get %q: %w", key, revisionError(view, rev, err))
+	}
+	if raw {
+		writeRaw(w, kv, rev)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, api.GetResponse{KV: toAPI(kv), Revision: rev})
+	return nil
+}
+
+// writeRaw answers a ?raw=true GET: the bare value, metadata in X-Keel-* headers.
+func writeRaw(w http.ResponseWriter, kv fsm.KeyValue, rev int64) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(kv.Value)))
+	h.Set(api.HeaderRevision, strconv.FormatInt(rev, 10))
+	h.Set(api.HeaderCreateRevision, strconv.FormatInt(kv.CreateRevision, 10))
+	h.Set(api.HeaderModRevision, strconv.FormatInt(kv.ModRevision, 10))
+	h.Set(api.HeaderVersion, strconv.FormatInt(kv.Version, 10))
+	w.WriteHeader(http.StatusOK)
+	w.Write(kv.Value)
+}
+
+// handlePut serves PUT /v1/kv/{key...}: body = value, ?prev_revision=N for CAS.
+func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
+	p, err := parseParams(r, api.ParamPrevRevision)
+	if err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if err := s.lim.checkKey(key); err != nil {
+		return err
+	}
+	prev, err := p.int64(api.ParamPrevRevision, 0, -1)
+	if err != nil {
+		return err
+	}
+	value, err := readBody(w, r, s.cfg.MaxValueBytes, "value")
+	if err != nil {
+		return err
+	}
+	txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: value}}}
+	if prev >= 0 {
+		guardModRevision(txn, key, prev)
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return fmt.Errorf("put %q: %w", key, err)
+	}
+	if !res.Succeeded {
+		return conflictError(key, prev, res)
+	}
+	writeJSON(w, http.StatusOK, api.PutResponse{Revision: res.Revision})
+	return nil
+}
+
+// handleDelete serves DELETE /v1/kv/{key...}: ?prev_revision=N for CAS, ?prefix=true
+// to delete every key starting with the path key.
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
+	p, err := parseParams(r, api.ParamPrevRevision, api.ParamPrefix)
+	if err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if err := s.lim.checkKey(key); err != nil {
+		return err
+	}
+	prefix, err := p.bool(api.ParamPrefix)
+	if err != nil {
+		return err
+	}
+	prev, err := p.int64(api.ParamPrevRevision, 1, -1)
+	if err != nil {
+		return err
+	}
+	if prefix && prev > 0 {
+		return fmt.Errorf("%w: prev_revision cannot be combined with prefix=true", ErrInvalidParam)
+	}
+	op := fsm.Op{Type: fsm.OpDelete, Key: []byte(key)}
+	if prefix {
+		op = fsm.Op{Type: fsm.OpDeleteRange, Key: []byte(key), End: fsm.PrefixEnd([]byte(key))}
+	}
+	txn := &fsm.Txn{Success: []fsm.Op{op}}
+	if prev > 0 {
+		guardModRevision(txn, key, prev)
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	if !res.Succeeded {
+		return conflictError(key, prev, res)
+	}
+	resp := api.DeleteResponse{Revision: res.Revision}
+	if len(res.Responses) > 0 {
+		resp.Deleted = res.Responses[0].Deleted
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// guardModRevision makes txn run only if key's mod revision is prev (0 = absent); on
+// failure it reads the key so the 409 can say what the revision is.
+func guardModRevision(txn *fsm.Txn, key string, prev int64) {
+	txn.Compares = []fsm.Compare{{Key: []byte(key), Target: fsm.TargetModRevision,
+		Result: fsm.CompareEqual, Int: prev}}
+	txn.Failure = []fsm.Op{{Type: fsm.OpGet, Key: []byte(key)}}
+}
+
+// conflictError describes a failed mod-revision guard from the failure branch's read.
+func conflictError(key string, prev int64, res *fsm.Result) error {
+	var cur int64
+	if len(res.Responses) > 0 && len(res.Responses[0].KVs) > 0 {
+		cur = res.Responses[0].KVs[0].ModRevision
+	}
+	switch {
+	case cur == 0:
+		return fmt.Errorf("%w: key %q does not exist, prev_revision was %d; nothing written",
+			ErrConflict, key, prev)
+	case prev == 0:
+		return fmt.Errorf("%w: key %q already exists (mod revision %d); nothing written",
+			ErrConflict, key, cur)
+	}
+	return fmt.Errorf("%w: key %q has mod revision %d, not %d; nothing written",
+		ErrConflict, key, cur, prev)
+}
+
+// toAPI converts a state machine key to its wire form. The key bytes are UTF-8: every
+// key entered through this API was checked.
+// An empty value is sent as "" rather than null.
+func toAPI(kv fsm.KeyValue) api.KV {
+	value := kv.Value
+	if value == nil {
+		value = []byte{}
+	}
+	return api.KV{Key: string(kv.Key), Value: value, CreateRevision: kv.CreateRevision,
+		ModRevision: kv.ModRevision, Version: kv.Version}
+}

@@ -1,0 +1,167 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
+)
+
+// listRequest is one page request of a paged scan, validated.
+type listRequest struct {
+	start, end []byte // the scan's range; from the path prefix
+	limit      int
+	rev        int64 // 0 = latest
+	cons       raft.Consistency
+	token      string
+}
+
+// handleList serves GET /v1/kv/{prefix...}?list=true: one page of the scan of every key
+// starting with prefix (everything when the prefix is empty).
+//
+// Each page is one View.Range of at most limit items, so it costs O(limit·log n) and
+// never counts the range. The first page fixes the scan's revision (the requested one,
+// or the latest); the continue token carries it, with the next key and the range, so
+// every later page reads the same immutable revision on whichever node serves it.
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) error {
+	req, err := s.parseList(r, p)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	from := req.start
+	if req.token != "" {
+		tok, err := s.decodeToken(ctx, req)
+		if err != nil {
+			return err
+		}
+		from, req.rev = tok.Next, tok.Revision
+		if req.rev > 0 {
+			// The token proves its revision exists in the cluster: any view that has
+			// applied it serves the page exactly, even on a lagging follower asked
+			// for serializable reads (viewAt falls back to a linearizable view).
+			req.cons = raft.Linearizable
+		}
+	}
+	view, err := s.viewAt(ctx, req.cons, req.rev)
+	if err != nil {
+		return err
+	}
+	rev := req.rev
+	if rev == 0 {
+		rev = view.Revision()
+	}
+	kvs, next, err := view.Range(from, req.end, rev, req.limit)
+	if errors.Is(err, fsm.ErrCompacted) {
+		return s.expired(ctx, req, from, revisionError(view, rev, err))
+	}
+	if err != nil {
+		return fmt.Errorf("list: %w", revisionError(view, rev, err))
+	}
+	resp := api.ListResponse{Items: make([]api.KV, 0, len(kvs)), Revision: rev}
+	if cut := s.fitPage(kvs); cut < len(kvs) {
+		kvs, next = kvs[:cut], kvs[cut].Key
+	}
+	for _, kv := range kvs {
+		resp.Items = append(resp.Items, toAPI(kv))
+	}
+	if next != nil {
+		codec, err := s.tokenCodec(ctx)
+		if err != nil {
+			return err
+		}
+		resp.Continue = codec.encode(continueToken{Revision: rev, Next: next, Start: req.start, End: req.end})
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// parseList validates the parameters of a list request.
+func (s *Server) parseList(r *http.Request, p params) (listRequest, error) {
+	var req listRequest
+	prefix := r.PathValue("key")
+	if prefix != "" {
+		if err := s.lim.checkKey(prefix); err != nil {
+			return req, err
+		}
+		req.start, req.end = []byte(prefix), fsm.PrefixEnd([]byte(prefix))
+	}
+	if p.has(api.ParamRaw) {
+		return req, fmt.Errorf("%w: raw cannot be combined with list=true", ErrInvalidParam)
+	}
+	limit, err := p.int64(api.ParamLimit, 1, int64(s.cfg.DefaultListLimit))
+	if err != nil {
+		return req, err
+	}
+	if limit > int64(s.cfg.MaxListLimit) {
+		return req, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, limit, s.cfg.MaxListLimit)
+	}
+	req.limit = int(limit)
+	if req.rev, err = p.int64(api.ParamRevision, 0, 0); err != nil {
+		return req, err
+	}
+	if req.cons, err = p.consistency(); err != nil {
+		return req, err
+	}
+	req.token = p.q.Get(api.ParamContinue)
+	if p.has(api.ParamContinue) && req.token == "" {
+		return req, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
+	}
+	return req, nil
+}
+
+// decodeToken authenticates req's continue token and checks it against the request:
+// same range, next key inside it, and no ?revision= that disagrees.
+func (s *Server) decodeToken(ctx context.Context, req listRequest) (continueToken, error) {
+	codec, err := s.tokenCodec(ctx)
+	if err != nil {
+		return continueToken{}, err
+	}
+	tok, err := codec.decode(req.token)
+	if err != nil {
+		return continueToken{}, err
+	}
+	if err := tok.checkRange(req.start, req.end); err != nil {
+		return continueToken{}, err
+	}
+	if req.rev != 0 && req.rev != tok.Revision {
+		return continueToken{}, fmt.Errorf("%w: revision=%d disagrees with the continue token's revision %d",
+			ErrInvalidParam, req.rev, tok.Revision)
+	}
+	return tok, nil
+}
+
+// expired is the 410 of a scan whose revision is compacted. It carries an inconsistent
+// continue token that resumes from the same key at the latest revision (KEP-365), for
+// clients that prefer a complete scan to a consistent one.
+func (s *Server) expired(ctx context.Context, req listRequest, from []byte, err error) error {
+	codec, cerr := s.tokenCodec(ctx)
+	if cerr != nil {
+		return err // without the secret nothing can be signed; the plain 410 stands
+	}
+	if len(from) == 0 {
+		from = []byte{0} // the smallest non-empty key: a scan of everything from the start
+	}
+	cont := codec.encode(continueToken{Revision: 0, Next: from, Start: req.start, End: req.end})
+	err = fmt.Errorf("list: %w; restart the scan, or continue it inconsistently "+
+		"at the latest revision with this error's continue token", err)
+	return &expiredError{err: err, cont: cont}
+}
+
+// fitPage returns how many of kvs fit in one page of MaxListBytes (at least one), so
+// that a page of large values cannot exhaust memory.
+func (s *Server) fitPage(kvs []fsm.KeyValue) int {
+	size := 0
+	for i, kv := range kvs {
+		size += len(kv.Key) + (len(kv.Value)*4+2)/3 + 96
+		if size > s.cfg.MaxListBytes && i > 0 {
+			return i
+		}
+	}
+	return len(kvs)
+}

@@ -1,0 +1,354 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
+)
+
+// listPage fetches one page of prefix.
+func (ts *testServer) listPage(prefix string, q url.Values) api.ListResponse {
+	ts.t.Helper()
+	q.Set("list", "true")
+	var resp api.ListResponse
+	ts.doJSON(http.MethodGet, api.PathKV+prefix+"?"+q.Encode(), nil, http.StatusOK, &resp)
+	return resp
+}
+
+// listAll follows continue tokens to the end, checking the KEP-365 page rules: at most
+// limit items per page, strictly ascending keys, one revision for every page.
+func (ts *testServer) listAll(prefix string, limit int) (items []api.KV, rev int64, pages, empty int) {
+	ts.t.Helper()
+	token := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(limit)}}
+		if token != "" {
+			q.Set("continue", token)
+		}
+		page := ts.listPage(prefix, q)
+		pages++
+		if len(page.Items) > limit {
+			ts.t.Fatalf("page %d: %d items, more than limit %d", pages, len(page.Items), limit)
+		}
+		if pages == 1 {
+			rev = page.Revision
+		} else if page.Revision != rev {
+			ts.t.Fatalf("page %d at revision %d, first page at %d", pages, page.Revision, rev)
+		}
+		if len(page.Items) == 0 && page.Continue != "" {
+			empty++
+		}
+		for _, kv := range page.Items {
+			if n := len(items); n > 0 && items[n-1].Key >= kv.Key {
+				ts.t.Fatalf("page %d: key %q after %q", pages, kv.Key, items[n-1].Key)
+			}
+			items = append(items, kv)
+		}
+		if token = page.Continue; token == "" {
+			return items, rev, pages, empty
+		}
+	}
+}
+
+func TestListBasics(t *testing.T) {
+	ts := newTestServer(t)
+	for _, k := range []string{"a/1", "a/2", "a0", "b/1"} {
+		ts.put(k, "v-"+k)
+	}
+	rev := ts.revision()
+	ts.put("a/3", "late")
+	tests := []struct {
+		path string
+		keys []string
+	}{
+		{"/v1/kv/a/?list=true", []string{"a/1", "a/2", "a/3"}},
+		{"/v1/kv/a?list=true", []string{"a/1", "a/2", "a/3", "a0"}},
+		{"/v1/kv/?list=true", []string{"a/1", "a/2", "a/3", "a0", "b/1"}},
+		{"/v1/kv/a/?list=true&revision=" + strconv.FormatInt(rev, 10), []string{"a/1", "a/2"}},
+		{"/v1/kv/a/?list=true&consistency=serializable", []string{"a/1", "a/2", "a/3"}},
+		{"/v1/kv/zzz?list=true", []string{}},
+	}
+	for i, tt := range tests {
+		var resp api.ListResponse
+		ts.doJSON(http.MethodGet, tt.path, nil, http.StatusOK, &resp)
+		var keys []string
+		for _, kv := range resp.Items {
+			keys = append(keys, kv.Key)
+			if want := "v-" + kv.Key; kv.Key != "a/3" && string(kv.Value) != want {
+				t.Errorf("#%d: %s = %q, want %q", i, kv.Key, kv.Value, want)
+			}
+		}
+		if fmt.Sprint(keys) != fmt.Sprint(tt.keys) || resp.Continue != "" || resp.Items == nil {
+			t.Errorf("#%d: %s = %v continue %q, want %v and no continue", i, tt.path, keys, resp.Continue, tt.keys)
+		}
+	}
+}
+
+func TestListDefaultAndMaxLimit(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putMany("k/%05d", 1001)
+	page := ts.listPage("k/", url.Values{})
+	if len(page.Items) != 1000 || page.Continue == "" {
+		t.Fatalf("default page: %d items, continue %v; want 1000 and a token", len(page.Items), page.Continue != "")
+	}
+	next := ts.listPage("k/", url.Values{"continue": {page.Continue}})
+	if len(next.Items) != 1 || next.Items[0].Key != "k/01000" || next.Continue != "" {
+		t.Fatalf("second page = %d items, continue %q", len(next.Items), next.Continue)
+	}
+	for _, q := range []string{"limit=10001", "limit=0", "limit=-3", "limit=x", "raw=true", "continue="} {
+		ts.expectError(http.MethodGet, "/v1/kv/k/?list=true&"+q, nil, 400, api.ReasonBadRequest)
+	}
+	ts.listPage("k/", url.Values{"limit": {"10000"}})
+}
+
+// TestListPagingConcurrentWrites: a 10,000-key scan with limit 97 returns every key
+// exactly once, with its value at the first page's revision, while writers overwrite,
+// delete and add keys of the same prefix.
+func TestListPagingConcurrentWrites(t *testing.T) {
+	ts := newTestServer(t)
+	const n, limit = 10000, 97
+	ts.putMany("p/%05d", n)
+
+	first := ts.listPage("p/", url.Values{"limit": {strconv.Itoa(limit)}})
+	rev := first.Revision
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("p/%05d", rand.IntN(n))
+				switch w {
+				case 0:
+					ts.doJSON(http.MethodPut, "/v1/kv/"+k, []byte("new"), http.StatusOK, nil)
+				case 1:
+					ts.doJSON(http.MethodDelete, "/v1/kv/"+k, nil, http.StatusOK, nil)
+				case 2:
+					ts.doJSON(http.MethodPut, "/v1/kv/"+k+"-added", []byte("new"), http.StatusOK, nil)
+				}
+				writes.Add(1)
+			}
+		}(w)
+	}
+	items := first.Items
+	token := first.Continue
+	for token != "" {
+		page := ts.listPage("p/", url.Values{"limit": {strconv.Itoa(limit)}, "continue": {token}})
+		if len(page.Items) > limit || page.Revision != rev {
+			t.Fatalf("page: %d items at revision %d; want <= %d at %d", len(page.Items), page.Revision, limit, rev)
+		}
+		items = append(items, page.Items...)
+		token = page.Continue
+		time.Sleep(time.Millisecond) // let the writers interleave
+	}
+	close(stop)
+	wg.Wait()
+
+	if len(items) != n {
+		t.Fatalf("scan returned %d keys, want %d", len(items), n)
+	}
+	for i, kv := range items {
+		if want := fmt.Sprintf("p/%05d", i); kv.Key != want || string(kv.Value) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("item %d = %s=%q, want %s=v%d", i, kv.Key, kv.Value, want, i)
+		}
+	}
+	if writes.Load() < 50 || ts.revision() <= rev {
+		t.Fatalf("only %d concurrent writes happened; the test proves nothing", writes.Load())
+	}
+}
+
+// TestListZeroItemPages: over a long run of deleted keys a page may hold zero items
+// with a token; the scan still returns every live key once and no page is over limit.
+//
+//	z/00000 .. z/00099   live
+//	z/00100 .. z/05099   deleted (tombstones, not compacted)
+//	z/05100 .. z/05199   live
+func TestListZeroItemPages(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putMany("z/%05d", 5200)
+	var del api.DeleteResponse
+	for i := 100; i < 5100; i += 100 {
+		ts.doJSON(http.MethodDelete, fmt.Sprintf("/v1/kv/z/%03d?prefix=true", i/100), nil, http.StatusOK, &del)
+	}
+	items, _, pages, empty := ts.listAll("z/", 10)
+	if len(items) != 200 {
+		t.Fatalf("scan returned %d keys over %d pages, want 200", len(items), pages)
+	}
+	if empty == 0 {
+		t.Fatalf("no zero-item page over 5000 deleted keys (%d pages): a page must not walk the whole tombstone run", pages)
+	}
+	t.Logf("%d pages, %d of them empty with a continue token", pages, empty)
+}
+
+// TestListTokenTampered: flipping any byte of a token, or garbling it, is a 400.
+func TestListTokenTampered(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putMany("t/%03d", 30)
+	page := ts.listPage("t/", url.Values{"limit": {"10"}})
+	raw, err := base64.RawURLEncoding.DecodeString(page.Continue)
+	if err != nil {
+		t.Fatalf("token is not base64url: %v", err)
+	}
+	for i := range raw {
+		bad := bytes.Clone(raw)
+		bad[i] ^= 0xff
+		q := url.Values{"list": {"true"}, "limit": {"10"}, "continue": {base64.RawURLEncoding.EncodeToString(bad)}}
+		ts.expectError(http.MethodGet, "/v1/kv/t/?"+q.Encode(), nil, 400, api.ReasonInvalidContinueToken)
+	}
+	for _, tok := range []string{"x", "!!!!", "AQ", page.Continue[:len(page.Continue)-1], page.Continue + "A", page.Continue + "=="} {
+		q := url.Values{"list": {"true"}, "continue": {tok}}
+		ts.expectError(http.MethodGet, "/v1/kv/t/?"+q.Encode(), nil, 400, api.ReasonInvalidContinueToken)
+	}
+	// The untouched token still works.
+	if next := ts.listPage("t/", url.Values{"limit": {"10"}, "continue": {page.Continue}}); len(next.Items) != 10 {
+		t.Fatalf("genuine token: %d items, want 10", len(next.Items))
+	}
+}
+
+// TestListTokenMisuse: a token is valid only with the cluster secret, range and
+// revision it was issued for.
+func TestListTokenMisuse(t *testing.T) {
+	ts := newTestServer(t)
+	other := newTestServerOn(t, kvtest.NewWithSecret([]byte("another cluster's secret........")))
+	for _, s := range []*testServer{ts, other} {
+		s.putMany("a/%03d", 30)
+		s.putMany("b/%03d", 30)
+	}
+	tok := ts.listPage("a/", url.Values{"limit": {"10"}})
+	foreign := other.listPage("a/", url.Values{"limit": {"10"}})
+	rev := strconv.FormatInt(tok.Revision, 10)
+	tests := []struct {
+		prefix, token, extra string
+		reason               string
+	}{
+		{"a/", foreign.Continue, "", api.ReasonInvalidContinueToken},
+		{"b/", tok.Continue, "", api.ReasonInvalidContinueToken},
+		{"", tok.Continue, "", api.ReasonInvalidContinueToken},
+		{"a", tok.Continue, "", api.ReasonInvalidContinueToken},
+		{"a/0", tok.Continue, "", api.ReasonInvalidContinueToken},
+		{"a/", tok.Continue, "&revision=" + strconv.FormatInt(tok.Revision-1, 10), api.ReasonBadRequest},
+	}
+	for i, tt := range tests {
+		path := "/v1/kv/" + tt.prefix + "?list=true&continue=" + url.QueryEscape(tt.token) + tt.extra
+		if e := ts.expectError(http.MethodGet, path, nil, 400, tt.reason); e.Message == "" {
+			t.Errorf("#%d: empty message", i)
+		}
+	}
+	ok := ts.listPage("a/", url.Values{"continue": {tok.Continue}, "revision": {rev}})
+	if len(ok.Items) != 20 || ok.Revision != tok.Revision {
+		t.Fatalf("token with its own revision: %d items at %d, want 20 at %d", len(ok.Items), ok.Revision, tok.Revision)
+	}
+}
+
+// TestListCompactedMidScan: compaction past the scan's revision turns the next page
+// into a 410 whose inconsistent continue token resumes from the same key at the
+// latest revision and finishes the scan.
+func TestListCompactedMidScan(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putMany("c/%03d", 300)
+	page := ts.listPage("c/", url.Values{"limit": {"50"}})
+	rev := page.Revision
+	seen := map[string]bool{}
+	for _, kv := range page.Items {
+		seen[kv.Key] = true
+	}
+	ts.put("c/000", "rewritten") // before the resume point: must not come back
+	ts.put("c/200", "rewritten")
+	ts.doJSON(http.MethodDelete, "/v1/kv/c/1?prefix=true", nil, http.StatusOK, nil) // c/100..c/199
+	ts.put("c/250-added", "new")
+	latest := ts.revision()
+	var compact api.CompactResponse
+	ts.doJSON(http.MethodPost, "/v1/compact", []byte(fmt.Sprintf(`{"revision":%d}`, latest)), http.StatusOK, &compact)
+	if compact.CompactRevision != latest {
+		t.Fatalf("compact = %+v, want compact revision %d", compact, latest)
+	}
+
+	q := url.Values{"list": {"true"}, "limit": {"50"}, "continue": {page.Continue}}
+	e := ts.expectError(http.MethodGet, "/v1/kv/c/?"+q.Encode(), nil, http.StatusGone, api.ReasonResourceExpired)
+	if e.Continue == "" {
+		t.Fatalf("410 without an inconsistent continue token: %+v", e)
+	}
+	// An inconsistent token has no revision to agree with.
+	q = url.Values{"list": {"true"}, "continue": {e.Continue}, "revision": {strconv.FormatInt(rev, 10)}}
+	ts.expectError(http.MethodGet, "/v1/kv/c/?"+q.Encode(), nil, 400, api.ReasonBadRequest)
+
+	token := e.Continue
+	for token != "" {
+		p := ts.listPage("c/", url.Values{"limit": {"50"}, "continue": {token}})
+		if p.Revision != latest {
+			t.Fatalf("resumed page at revision %d, want the latest %d", p.Revision, latest)
+		}
+		for _, kv := range p.Items {
+			if seen[kv.Key] {
+				t.Fatalf("key %q served twice", kv.Key)
+			}
+			seen[kv.Key] = true
+		}
+		token = p.Continue
+	}
+	// 300 original - 100 deleted (none of which was on page 1) + 1 added.
+	if len(seen) != 201 || !seen["c/250-added"] || seen["c/150"] {
+		t.Fatalf("scan saw %d keys (added %v, deleted c/150 %v), want 201", len(seen), seen["c/250-added"], seen["c/150"])
+	}
+}
+
+func TestListExplicitRevisionCompacted(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putMany("e/%02d", 20)
+	old := ts.revision()
+	ts.put("e/x", "y")
+	ts.doJSON(http.MethodPost, "/v1/compact", []byte(fmt.Sprintf(`{"revision":%d}`, ts.revision())), 200, nil)
+	e := ts.expectError(http.MethodGet, fmt.Sprintf("/v1/kv/e/?list=true&revision=%d", old), nil, 410, api.ReasonResourceExpired)
+	p := ts.listPage("e/", url.Values{"continue": {e.Continue}})
+	if len(p.Items) != 21 || p.Continue != "" {
+		t.Fatalf("inconsistent restart from the beginning: %d items, want 21", len(p.Items))
+	}
+	ts.expectError(http.MethodGet, fmt.Sprintf("/v1/kv/e/x?revision=%d", old), nil, 410, api.ReasonResourceExpired)
+}
+
+// TestListMaxBytes: a page of big values ends early with a token, never empty.
+func TestListMaxBytes(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) { c.MaxListBytes = 1000 })
+	big := bytes.Repeat([]byte("x"), 300)
+	for i := 0; i < 10; i++ {
+		ts.doJSON(http.MethodPut, fmt.Sprintf("/v1/kv/m/%d", i), big, 200, nil)
+	}
+	items, _, pages, empty := ts.listAll("m/", 100)
+	if len(items) != 10 || pages < 4 || empty != 0 {
+		t.Fatalf("%d items over %d pages (%d empty); want 10 over >= 4 pages, none empty", len(items), pages, empty)
+	}
+}
+
+// TestListWithoutSecret: a scan that fits one page needs no secret; one that needs a
+// token answers 503 until the cluster secret is applied.
+func TestListWithoutSecret(t *testing.T) {
+	store := kvtest.NewWithSecret(nil)
+	ts := newTestServerOn(t, store, func(c *Config) { c.SecretWait = 20 * time.Millisecond })
+	ts.putMany("s/%02d", 20)
+	if p := ts.listPage("s/", url.Values{}); len(p.Items) != 20 {
+		t.Fatalf("single page: %d items, want 20", len(p.Items))
+	}
+	ts.expectError(http.MethodGet, "/v1/kv/s/?list=true&limit=5", nil, 503, api.ReasonUnavailable)
+	store.SetSecret(kvtest.Secret)
+	if p := ts.listPage("s/", url.Values{"limit": {"5"}}); p.Continue == "" {
+		t.Fatal("no token once the secret is known")
+	}
+}

@@ -1,0 +1,61 @@
+package kv
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// handleTxn serves POST /v1/txn: body = api.TxnRequest → api.TxnResponse. A failed
+// guard is a 200 with "succeeded":false (the failure branch ran), not an error.
+func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseParams(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, s.cfg.MaxTxnBodyBytes, "txn body")
+	if err != nil {
+		return err
+	}
+	txn, err := decodeTxn(body, s.lim)
+	if err != nil {
+		return fmt.Errorf("txn: %w", err)
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return fmt.Errorf("txn: %w", err)
+	}
+	writeJSON(w, http.StatusOK, txnResponse(res))
+	return nil
+}
+
+// handleCompact serves POST /v1/compact: body = api.CompactRequest. Reads below the
+// new compact revision fail with 410 as soon as it applies; the space is reclaimed
+// later in bounded chunks.
+func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseParams(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, s.cfg.MaxTxnBodyBytes, "compact body")
+	if err != nil {
+		return err
+	}
+	var req api.CompactRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	if req.Revision < 1 {
+		return fmt.Errorf("compact: %w: revision %d must be >= 1", ErrInvalidBody, req.Revision)
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: req.Revision})
+	if err != nil {
+		return fmt.Errorf("compact to revision %d: %w", req.Revision, err)
+	}
+	writeJSON(w, http.StatusOK, api.CompactResponse{Revision: res.Revision, CompactRevision: req.Revision})
+	return nil
+}

@@ -1,0 +1,147 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Server serves the HTTP API of one node. Its handlers are safe for concurrent use; it
+// keeps no per-client state, so any node can serve any request.
+type Server struct {
+	cfg     Config
+	lim     limits
+	store   Store
+	log     hclog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+
+	// codec signs continue tokens; nil until the cluster secret is known (it never
+	// changes afterwards, so it is loaded once and kept).
+	codec atomic.Pointer[tokenCodec]
+
+	ready struct {
+		sync.Mutex
+		checks []readyCheck
+	}
+
+	http struct {
+		sync.Mutex
+		srv    *http.Server
+		closed bool
+	}
+}
+
+// readyCheck is an extra condition of /readyz added by the node that embeds the server.
+type readyCheck struct {
+	name  string
+	check func(context.Context) error
+}
+
+// NewServer validates cfg and returns a server over store. A nil logger logs nothing.
+func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, errors.New("kv: NewServer: nil store")
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	s := &Server{cfg: cfg, lim: cfg.limits(), store: store, log: logger, mux: http.NewServeMux()}
+	s.routes()
+	s.handler = s.accessLog(s.mux)
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler (routes, JSON errors, access log).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Handle registers an extra route on the server's mux (for example /metrics) with a
+// Go 1.22 ServeMux pattern; it panics on a pattern conflict, like ServeMux.Handle.
+// Register before serving.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// AddReadyCheck adds a condition that /readyz requires; check returns nil when ready
+// or an error saying why not. Safe to call while serving.
+func (s *Server) AddReadyCheck(name string, check func(context.Context) error) {
+	s.ready.Lock()
+	defer s.ready.Unlock()
+	s.ready.checks = append(s.ready.checks, readyCheck{name: name, check: check})
+}
+
+// Serve serves HTTP on ln until Shutdown; it returns nil after Shutdown and the
+// listener's error otherwise. Call it at most once.
+func (s *Server) Serve(ln net.Listener) error {
+	s.http.Lock()
+	if s.http.closed || s.http.srv != nil {
+		s.http.Unlock()
+		ln.Close()
+		return errors.New("kv: Serve called after Shutdown or twice")
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.http.srv = srv
+	s.http.Unlock()
+	s.log.Info("serving HTTP", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("kv: serve: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests until ctx is
+// done (then it closes the remaining connections and returns ctx's error).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.http.Lock()
+	s.http.closed = true
+	srv := s.http.srv
+	s.http.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("kv: shutdown: %w", err)
+	}
+	return nil
+}
+
+// requestContext bounds the store work of one request by RequestTimeout.
+func (s *Server) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+}
+
+// tokenCodec returns the codec for continue tokens, waiting at most SecretWait for
+// the replicated cluster secret the first time.
+func (s *Server) tokenCodec(ctx context.Context) (*tokenCodec, error) {
+	if c := s.codec.Load(); c != nil {
+		return c, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SecretWait)
+	defer cancel()
+	secret, err := s.store.ClusterSecret(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cluster secret not available: %v", ErrNotReady, err)
+	}
+	if len(secret) == 0 {
+		return nil, fmt.Errorf("%w: cluster secret is empty", ErrNotReady)
+	}
+	c := newTokenCodec(secret)
+	s.codec.Store(c)
+	return c, nil
+}

@@ -1,0 +1,130 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
+)
+
+// The kv tests run the real server over real HTTP on 127.0.0.1 against
+// kvtest.LocalStore: a real fsm.Store whose commands are applied directly, without
+// replication (see kvtest's package comment). Replicated clusters are tested by
+// package raft and by the end-to-end tests.
+
+// testServer is one server, its store and a plain HTTP client.
+type testServer struct {
+	t     testing.TB
+	store *kvtest.LocalStore
+	srv   *Server
+	url   string
+}
+
+// newTestServer starts a server over a fresh LocalStore; opts adjust DefaultConfig.
+func newTestServer(t testing.TB, opts ...func(*Config)) *testServer {
+	return newTestServerOn(t, kvtest.New(), opts...)
+}
+
+func newTestServerOn(t testing.TB, store *kvtest.LocalStore, opts ...func(*Config)) *testServer {
+	t.Helper()
+	cfg := DefaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := NewServer(cfg, store, nil)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return &testServer{t: t, store: store, srv: srv, url: hs.URL}
+}
+
+// do sends one request and returns status, body and headers.
+func (ts *testServer) do(method, path string, body []byte) (int, []byte, http.Header) {
+	ts.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, ts.url+path, rd)
+	if err != nil {
+		ts.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ts.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		ts.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, b, resp.Header
+}
+
+// doJSON sends a request, expects status want and decodes the body into out.
+func (ts *testServer) doJSON(method, path string, body []byte, want int, out any) {
+	ts.t.Helper()
+	code, b, _ := ts.do(method, path, body)
+	if code != want {
+		ts.t.Fatalf("%s %s = %d %s, want %d", method, path, code, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			ts.t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
+		}
+	}
+}
+
+// expectError sends a request and checks it fails with code and reason.
+func (ts *testServer) expectError(method, path string, body []byte, code int, reason string) api.Error {
+	ts.t.Helper()
+	got, b, h := ts.do(method, path, body)
+	var e api.Error
+	if err := json.Unmarshal(b, &e); err != nil {
+		ts.t.Fatalf("%s %s = %d %q: not a JSON error: %v", method, path, got, b, err)
+	}
+	if got != code || e.Code != code || e.Reason != reason {
+		ts.t.Fatalf("%s %s = %d {%d %s %q}, want %d %s", method, path, got, e.Code, e.Reason, e.Message, code, reason)
+	}
+	if ct := h.Get("Content-Type"); ct != "application/json" {
+		ts.t.Fatalf("%s %s: Content-Type %q, want application/json", method, path, ct)
+	}
+	return e
+}
+
+func (ts *testServer) put(key, value string) int64 {
+	ts.t.Helper()
+	var resp api.PutResponse
+	ts.doJSON(http.MethodPut, api.PathKV+key, []byte(value), http.StatusOK, &resp)
+	return resp.Revision
+}
+
+// putMany writes keys fmt.Sprintf(format, i) for i in [0, n) with value "v<i>",
+// straight through the store, 128 per transaction.
+func (ts *testServer) putMany(format string, n int) {
+	ts.t.Helper()
+	for i := 0; i < n; {
+		txn := &fsm.Txn{}
+		for ; i < n && len(txn.Success) < fsm.MaxTxnOps; i++ {
+			txn.Success = append(txn.Success, fsm.Op{Type: fsm.OpPut,
+				Key: []byte(fmt.Sprintf(format, i)), Value: []byte(fmt.Sprintf("v%d", i))})
+		}
+		res, err := ts.store.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+		if err != nil || res.Err != nil {
+			ts.t.Fatalf("putMany: %v %v", err, res.Err)
+		}
+	}
+}
+
+// revision is the store's current revision.
+func (ts *testServer) revision() int64 { return ts.store.FSM().Revision() }

@@ -1,0 +1,203 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// decodeJSON decodes exactly one JSON value from body into v, rejecting unknown
+// fields and trailing data.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidBody, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: data after the JSON value", ErrInvalidBody)
+	}
+	return nil
+}
+
+// decodeTxn decodes and validates a POST /v1/txn body into a state machine Txn. It
+// checks everything the state machine would reject, and the HTTP limits, so a bad
+// body fails here with a precise message before anything is proposed.
+func decodeTxn(body []byte, lim limits) (*fsm.Txn, error) {
+	var req api.TxnRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	for _, list := range []struct {
+		name string
+		n    int
+	}{{"compare", len(req.Compare)}, {"success", len(req.Success)}, {"failure", len(req.Failure)}} {
+		if list.n > fsm.MaxTxnOps {
+			return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d",
+				ErrInvalidBody, list.n, list.name, fsm.MaxTxnOps)
+		}
+	}
+	txn := &fsm.Txn{}
+	for i, c := range req.Compare {
+		fc, err := lim.compare(c)
+		if err != nil {
+			return nil, fmt.Errorf("compare[%d]: %w", i, err)
+		}
+		txn.Compares = append(txn.Compares, fc)
+	}
+	var err error
+	if txn.Success, err = lim.ops(req.Success, "success"); err != nil {
+		return nil, err
+	}
+	if txn.Failure, err = lim.ops(req.Failure, "failure"); err != nil {
+		return nil, err
+	}
+	return txn, nil
+}
+
+var (
+	compareTargets = map[string]fsm.CompareTarget{
+		api.TargetValue: fsm.TargetValue, api.TargetVersion: fsm.TargetVersion,
+		api.TargetModRevision: fsm.TargetModRevision, api.TargetCreateRevision: fsm.TargetCreateRevision,
+		api.TargetExists: fsm.TargetExists,
+	}
+	compareResults = map[string]fsm.CompareResult{
+		api.ResultEqual: fsm.CompareEqual, api.ResultNotEqual: fsm.CompareNotEqual,
+		api.ResultLess: fsm.CompareLess, api.ResultGreater: fsm.CompareGreater,
+	}
+)
+
+// compare validates one guard.
+func (l limits) compare(c api.Compare) (fsm.Compare, error) {
+	if err := l.checkKey(c.Key); err != nil {
+		return fsm.Compare{}, err
+	}
+	target, ok := compareTargets[c.Target]
+	if !ok {
+		return fsm.Compare{}, fmt.Errorf("%w: unknown target %q", ErrInvalidBody, c.Target)
+	}
+	result, ok := compareResults[c.Result]
+	if !ok {
+		return fsm.Compare{}, fmt.Errorf("%w: unknown result %q", ErrInvalidBody, c.Result)
+	}
+	switch {
+	case target == fsm.TargetValue && c.Int != 0:
+		return fsm.Compare{}, fmt.Errorf("%w: target %q takes value, not int", ErrInvalidBody, c.Target)
+	case target != fsm.TargetValue && c.Value != nil:
+		return fsm.Compare{}, fmt.Errorf("%w: target %q takes int, not value", ErrInvalidBody, c.Target)
+	case target == fsm.TargetExists && (c.Int < 0 || c.Int > 1):
+		return fsm.Compare{}, fmt.Errorf("%w: target exists takes int 0 or 1, not %d", ErrInvalidBody, c.Int)
+	case target == fsm.TargetExists && result != fsm.CompareEqual && result != fsm.CompareNotEqual:
+		return fsm.Compare{}, fmt.Errorf("%w: target exists takes only equal or not_equal", ErrInvalidBody)
+	case target != fsm.TargetValue && c.Int < 0:
+		return fsm.Compare{}, fmt.Errorf("%w: int %d is negative", ErrInvalidBody, c.Int)
+	}
+	if err := l.checkValue(len(c.Value)); err != nil {
+		return fsm.Compare{}, err
+	}
+	return fsm.Compare{Key: []byte(c.Key), Target: target, Result: result, Value: c.Value, Int: c.Int}, nil
+}
+
+// ops validates one branch of operations.
+func (l limits) ops(ops []api.Op, branch string) ([]fsm.Op, error) {
+	out := make([]fsm.Op, 0, len(ops))
+	for i, op := range ops {
+		fop, err := l.op(op)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", branch, i, err)
+		}
+		out = append(out, fop)
+	}
+	return out, nil
+}
+
+var opTypes = map[string]fsm.OpType{
+	api.OpPut: fsm.OpPut, api.OpDelete: fsm.OpDelete,
+	api.OpDeleteRange: fsm.OpDeleteRange, api.OpGet: fsm.OpGet,
+}
+
+// op validates one operation and resolves its range.
+func (l limits) op(op api.Op) (fsm.Op, error) {
+	typ, ok := opTypes[op.Type]
+	if !ok {
+		return fsm.Op{}, fmt.Errorf("%w: unknown op type %q", ErrInvalidBody, op.Type)
+	}
+	if err := l.checkKey(op.Key); err != nil {
+		return fsm.Op{}, err
+	}
+	ranged := op.End != "" || op.Prefix
+	switch {
+	case op.Value != nil && typ != fsm.OpPut:
+		return fsm.Op{}, fmt.Errorf("%w: only put takes a value", ErrInvalidBody)
+	case ranged && typ != fsm.OpDeleteRange && typ != fsm.OpGet:
+		return fsm.Op{}, fmt.Errorf("%w: %s takes no end or prefix", ErrInvalidBody, op.Type)
+	case typ == fsm.OpDeleteRange && !ranged:
+		return fsm.Op{}, fmt.Errorf("%w: delete_range needs end or prefix", ErrInvalidBody)
+	case op.End != "" && op.Prefix:
+		return fsm.Op{}, fmt.Errorf("%w: end and prefix are mutually exclusive", ErrInvalidBody)
+	case op.Limit != 0 && (typ != fsm.OpGet || !ranged):
+		return fsm.Op{}, fmt.Errorf("%w: only a ranged get takes a limit", ErrInvalidBody)
+	case op.Limit < 0 || op.Limit > int64(l.maxListLimit):
+		return fsm.Op{}, fmt.Errorf("%w: limit %d must be in [0, %d]", ErrInvalidBody, op.Limit, l.maxListLimit)
+	}
+	out := fsm.Op{Type: typ, Key: []byte(op.Key), Value: op.Value, Limit: op.Limit}
+	if err := l.resolveEnd(&out, op); err != nil {
+		return fsm.Op{}, err
+	}
+	if typ == fsm.OpPut {
+		if out.Value == nil {
+			out.Value = []byte{}
+		}
+		if err := l.checkValue(len(out.Value)); err != nil {
+			return fsm.Op{}, err
+		}
+	}
+	return out, nil
+}
+
+// resolveEnd sets out.End from op's end or prefix, and bounds a ranged get.
+func (l limits) resolveEnd(out *fsm.Op, op api.Op) error {
+	switch {
+	case op.Prefix:
+		out.End = fsm.PrefixEnd(out.Key) // never nil: a UTF-8 key holds no 0xff byte
+	case op.End != "":
+		if len(op.End) > l.maxKeyBytes || op.End <= op.Key {
+			return fmt.Errorf("%w: end must sort after key and be at most %d bytes", ErrInvalidBody, l.maxKeyBytes)
+		}
+		out.End = []byte(op.End)
+	default:
+		return nil
+	}
+	if out.Type == fsm.OpGet && out.Limit == 0 {
+		out.Limit = int64(l.maxListLimit)
+	}
+	return nil
+}
+
+// txnResponse converts a state machine result to its wire form.
+func txnResponse(res *fsm.Result) api.TxnResponse {
+	resp := api.TxnResponse{Revision: res.Revision, Succeeded: res.Succeeded,
+		Responses: make([]api.OpResponse, 0, len(res.Responses))}
+	for _, r := range res.Responses {
+		or := api.OpResponse{Type: opNames[r.Type], Deleted: r.Deleted, More: r.More}
+		if r.PrevKV != nil {
+			prev := toAPI(*r.PrevKV)
+			or.PrevKV = &prev
+		}
+		for _, kv := range r.KVs {
+			or.KVs = append(or.KVs, toAPI(kv))
+		}
+		resp.Responses = append(resp.Responses, or)
+	}
+	return resp
+}
+
+var opNames = map[fsm.OpType]string{
+	fsm.OpPut: api.OpPut, fsm.OpDelete: api.OpDelete,
+	fsm.OpDeleteRange: api.OpDeleteRange, fsm.OpGet: api.OpGet,
+}
