@@ -1,0 +1,318 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+)
+
+// testCluster is n real nodes over TCP on loopback, each with its own data dir.
+type testCluster struct {
+	t     *testing.T
+	cfgs  []Config
+	nodes []*Node
+}
+
+func testConfig(t *testing.T, id string) Config {
+	cfg := DefaultConfig()
+	cfg.NodeID = id
+	cfg.DataDir = t.TempDir()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.HeartbeatTimeout = 300 * time.Millisecond
+	cfg.ElectionTimeout = 300 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 150 * time.Millisecond
+	cfg.ApplyTimeout = 5 * time.Second
+	return cfg
+}
+
+func newCluster(t *testing.T, size int, tune func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	for i := range size {
+		cfg := testConfig(t, fmt.Sprintf("n%d", i+1))
+		if tune != nil {
+			tune(&cfg)
+		}
+		if i == 0 {
+			cfg.Bootstrap = true
+		} else {
+			cfg.Join = []string{c.nodes[0].Addr()}
+		}
+		n, err := Open(context.Background(), cfg, fsm.NewStore())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Restarts reuse the bound port, with no bootstrap or join.
+		cfg.BindAddr, cfg.Bootstrap, cfg.Join = n.Addr(), false, nil
+		c.cfgs = append(c.cfgs, cfg)
+		c.nodes = append(c.nodes, n)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			if n != nil {
+				n.shutdown()
+			}
+		}
+	})
+	c.waitMembers(size)
+	return c
+}
+
+func (c *testCluster) waitMembers(size int) {
+	c.t.Helper()
+	waitFor(c.t, 10*time.Second, "all members in the configuration", func() bool {
+		for _, n := range c.nodes {
+			if n != nil && len(n.Status().Members) != size {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (c *testCluster) leader() int {
+	c.t.Helper()
+	idx := -1
+	waitFor(c.t, 10*time.Second, "a leader", func() bool {
+		for i, n := range c.nodes {
+			if n != nil && n.Status().State == "Leader" {
+				idx = i
+				return true
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+func (c *testCluster) restart(i int) {
+	c.t.Helper()
+	n, err := Open(context.Background(), c.cfgs[i], fsm.NewStore())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes[i] = n
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func putCmd(k, v string) *fsm.Command {
+	return &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(k), Value: []byte(v)}}}}
+}
+
+func mustPut(t *testing.T, n *Node, k, v string) int64 {
+	t.Helper()
+	res, err := n.Apply(context.Background(), putCmd(k, v))
+	if err != nil || res.Err != nil {
+		t.Fatalf("put %s on %s: %v %v", k, n.cfg.NodeID, err, res)
+	}
+	return res.Revision
+}
+
+func TestWritesAnywhereLinearizableReadsOnFollowers(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	for i := range 30 {
+		writer := c.nodes[i%3]
+		reader := c.nodes[(i+1)%3]
+		key, val := fmt.Sprintf("k%d", i), fmt.Sprint(i)
+		rev := mustPut(t, writer, key, val)
+		v, err := reader.View(ctx, Linearizable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := v.Get([]byte(key), 0)
+		if err != nil || string(kv.Value) != val || v.Revision() < rev {
+			t.Fatalf("read on %s after write on %s: %q %v (rev %d < %d?)", reader.cfg.NodeID, writer.cfg.NodeID, kv.Value, err, v.Revision(), rev)
+		}
+	}
+	if _, err := c.nodes[1].ClusterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaderKilledNoAcknowledgedWriteLost(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		acked = map[string]bool{}
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		if w == lead {
+			continue
+		}
+		n := c.nodes[w]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d/%d", w, i)
+				res, err := n.Apply(ctx, putCmd(key, "v"))
+				if err == nil && res.Err == nil {
+					mu.Lock()
+					acked[key] = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	c.nodes[lead].shutdown() // a crash: no leadership transfer
+	c.nodes[lead] = nil
+	newLead := c.leader()
+	elected := time.Since(start)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if elected > 5*time.Second {
+		t.Fatalf("new leader after %v", elected)
+	}
+	v, err := c.nodes[newLead].View(ctx, Linearizable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) < 10 {
+		t.Fatalf("only %d writes acknowledged", len(acked))
+	}
+	for key := range acked {
+		if _, err := v.Get([]byte(key), 0); err != nil {
+			t.Fatalf("acknowledged write %s lost: %v", key, err)
+		}
+	}
+	t.Logf("new leader in %v; %d acknowledged writes all present", elected, len(acked))
+}
+
+func TestFollowerRestartCatchesUp(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	f := (lead + 1) % 3
+	c.nodes[f].shutdown()
+	c.nodes[f] = nil
+	for i := range 50 {
+		mustPut(t, c.nodes[lead], fmt.Sprintf("k%d", i), "v")
+	}
+	c.restart(f)
+	want := c.nodes[lead].Store().View()
+	waitFor(t, 10*time.Second, "the restarted follower to catch up", func() bool {
+		v := c.nodes[f].Store().View()
+		return v.AppliedIndex() >= want.AppliedIndex() && v.Hash() == c.nodes[lead].Store().View().Hash()
+	})
+}
+
+func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotThreshold = 64
+		cfg.TrailingLogs = 16
+	})
+	lead := c.leader()
+	f := (lead + 1) % 3
+	c.nodes[f].shutdown()
+	c.nodes[f] = nil
+	for i := range 300 {
+		mustPut(t, c.nodes[lead], fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	if err := c.nodes[lead].Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.nodes[lead].Raft().Stats()["last_snapshot_index"], error(nil)
+	if first == "0" || err != nil {
+		t.Fatalf("leader has no snapshot: %s", first)
+	}
+	c.restart(f)
+	waitFor(t, 15*time.Second, "the lagging follower to install the snapshot and catch up", func() bool {
+		return c.nodes[f].Store().View().Hash() == c.nodes[lead].Store().View().Hash()
+	})
+	if got := c.nodes[f].Raft().Stats()["last_snapshot_index"]; got == "0" {
+		t.Fatalf("follower caught up without a snapshot (log was not truncated?)")
+	}
+	if n := c.nodes[f].Store().View().Len(); n != 300 {
+		t.Fatalf("follower has %d keys, want 300", n)
+	}
+}
+
+func TestCloseTransfersLeadership(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	if err := c.nodes[lead].Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[lead] = nil
+	start := time.Now()
+	next := c.leader()
+	if next == lead {
+		t.Fatal("closed node still leads")
+	}
+	mustPut(t, c.nodes[next], "after", "transfer")
+	t.Logf("leadership moved in %v", time.Since(start))
+}
+
+func TestNoLeaderFailsFast(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	f := (lead + 1) % 3
+	for i := range c.nodes {
+		if i != f {
+			c.nodes[i].shutdown()
+			c.nodes[i] = nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err := c.nodes[f].Apply(ctx, putCmd("k", "v"))
+	if !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrTimeout) {
+		t.Fatalf("apply without quorum: %v", err)
+	}
+	if _, err := c.nodes[f].View(ctx, Linearizable); err == nil {
+		t.Fatal("linearizable read without quorum succeeded")
+	}
+	if _, err := c.nodes[f].View(ctx, Serializable); err != nil {
+		t.Fatalf("serializable read without quorum: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := testConfig(t, "n1")
+	for name, mut := range map[string]func(*Config){
+		"no id":            func(c *Config) { c.NodeID = "" },
+		"no dir":           func(c *Config) { c.DataDir = "" },
+		"bad bind":         func(c *Config) { c.BindAddr = "nope" },
+		"unspecified adv":  func(c *Config) { c.AdvertiseAddr = "0.0.0.0:7371" },
+		"bootstrap + join": func(c *Config) { c.Bootstrap, c.Join = true, []string{"127.0.0.1:1"} },
+		"bad join":         func(c *Config) { c.Join = []string{"x"} },
+	} {
+		cfg := good
+		mut(&cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
