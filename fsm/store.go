@@ -97,6 +97,9 @@ func (s *Store) ClusterMeta() (clusterID string, secret []byte, ok bool) {
 type Entry struct {
 	Index uint64
 	Data  []byte
+	// NoOp marks an entry that is not a command (a Raft configuration change): it only
+	// advances the applied index, so that reads waiting for that index are released.
+	NoOp bool
 }
 
 // Apply decodes and applies one committed log entry at index. It never panics on bad
@@ -111,12 +114,16 @@ func (s *Store) Apply(index uint64, data []byte) *Result {
 }
 
 // ApplyBatch applies entries in order and publishes one view at the end, so a batch of
-// concurrent writes costs one tree clone.
+// concurrent writes costs one tree clone. The result of a NoOp entry is nil.
 func (s *Store) ApplyBatch(entries []Entry) []*Result {
 	out := make([]*Result, len(entries))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range entries {
+		if e.NoOp {
+			s.cur.applied = max(s.cur.applied, e.Index)
+			continue
+		}
 		out[i] = s.applyLocked(e.Index, e.Data)
 	}
 	s.publishLocked()

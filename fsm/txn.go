@@ -126,7 +126,7 @@ func validateOp(op Op) error {
 		if op.Type == OpGet && len(op.Key) == 0 && op.End == nil {
 			return fmt.Errorf("empty key")
 		}
-		if op.End != nil && len(op.End) > 0 && bytes.Compare(op.End, op.Key) <= 0 {
+		if len(op.End) > 0 && bytes.Compare(op.End, op.Key) <= 0 {
 			return fmt.Errorf("range end %q is not after start %q", op.End, op.Key)
 		}
 		if op.Limit < 0 {
