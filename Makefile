@@ -27,9 +27,11 @@ test:
 test-race:
 	$(GO) test -race -count=1 -timeout 15m ./fsm/ ./kv/...
 
+# In-process benchmarks: the state machine, tokens, and a real 3-node cluster on loopback
+# (writes/s at 1 and 64 clients, linearizable reads/s). Figures land in bench/results-unit.txt.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x -count 1 ./fsm/ ./kv/ | tee bench/results-unit.txt
-	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./kv/ ./raft/
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./kv/ | tee bench/results-unit.txt
+	$(GO) test -run '^$$' -bench Cluster -benchtime 5000x -count 1 ./raft/ | tee -a bench/results-unit.txt
 
 # keel vs etcd on the same machine, 3 nodes each on loopback (installs etcd-server).
 bench-compare: build

@@ -13,12 +13,12 @@ import (
 
 // testCluster is n real nodes over TCP on loopback, each with its own data dir.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	cfgs  []Config
 	nodes []*Node
 }
 
-func testConfig(t *testing.T, id string) Config {
+func testConfig(t testing.TB, id string) Config {
 	cfg := DefaultConfig()
 	cfg.NodeID = id
 	cfg.DataDir = t.TempDir()
@@ -30,7 +30,7 @@ func testConfig(t *testing.T, id string) Config {
 	return cfg
 }
 
-func newCluster(t *testing.T, size int, tune func(*Config)) *testCluster {
+func newCluster(t testing.TB, size int, tune func(*Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t}
 	for i := range size {
@@ -99,7 +99,7 @@ func (c *testCluster) restart(i int) {
 	c.nodes[i] = n
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
