@@ -33,6 +33,8 @@ type Node struct {
 	mux   *mux
 	addr  string // advertised raft address
 
+	existing bool // raft state was on disk at Open
+
 	pool     rpcPool
 	rpcConns connSet
 
@@ -142,6 +144,7 @@ func (n *Node) start(ctx context.Context, dir string) error {
 		return fmt.Errorf("raft: start: %w", err)
 	}
 	n.raft = r
+	n.existing = existing
 	switch {
 	case existing:
 		n.log.Info("recovered raft state", "applied", n.store.AppliedIndex())

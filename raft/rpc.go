@@ -25,6 +25,7 @@ const (
 	rpcAddNonvoter
 	rpcRemove
 	rpcTransfer
+	rpcApplied
 )
 
 const (
@@ -155,6 +156,8 @@ func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
 		return nil, n.RemoveServer(ctx, string(body))
 	case rpcTransfer:
 		return nil, n.TransferLeadership(ctx, string(body))
+	case rpcApplied:
+		return binary.AppendUvarint(nil, n.store.AppliedIndex()), nil
 	}
 	return nil, fmt.Errorf("raft rpc: unknown request kind %d", kind)
 }

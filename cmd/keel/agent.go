@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,12 +14,38 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/membership"
 )
+
+// gossipConfig builds the membership config from the flags: loopback timings on a
+// loopback address, joins retried in the background so nodes may start in any order.
+func gossipConfig(f agentFlags) (*membership.Config, error) {
+	g := membership.DefaultConfig()
+	if host, _, err := net.SplitHostPort(f.gossipAddr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+			g = membership.DefaultLoopbackConfig()
+		}
+	}
+	g.BindAddr = f.gossipAddr
+	g.Join = append(append([]string(nil), f.join...), f.retryJoin...)
+	g.RetryJoin = len(g.Join) > 0
+	g.ClusterLabel = f.clusterLabel
+	if f.encrypt != "" {
+		key, err := base64.StdEncoding.DecodeString(f.encrypt)
+		if err != nil {
+			return nil, fmt.Errorf("agent: -encrypt: not base64: %w", err)
+		}
+		g.EncryptKey = key
+	}
+	return &g, nil
+}
 
 type agentFlags struct {
 	nodeID, dataDir, httpAddr, raftAddr, advertise, logLevel string
-	join                                                     []string
+	join, retryJoin                                          []string
 	dev, bootstrap                                           bool
+	gossipAddr, encrypt, clusterLabel                        string
+	bootstrapExpect                                          int
 	maxValueBytes                                            int64
 	shutdownTimeout                                          time.Duration
 }
@@ -33,7 +61,12 @@ func newAgentCmd() *cobra.Command {
   keel agent -dev                                   one node, data in a fresh temp dir
   keel agent -data-dir D -bootstrap                 start a new cluster
   keel agent -data-dir D -join 127.0.0.1:7371       join a cluster through any member
-  keel agent -data-dir D                            restart a node with existing data`,
+  keel agent -data-dir D                            restart a node with existing data
+
+With gossip (-gossip-addr, or -bootstrap-expect), -join and -retry-join name gossip
+addresses, and one command line serves first start, restart and scale-out:
+
+  keel agent -data-dir D -gossip-addr 127.0.0.1:7372 -bootstrap-expect 3 -join 127.0.0.1:7382,127.0.0.1:7392`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), f) },
 	}
@@ -43,7 +76,12 @@ func newAgentCmd() *cobra.Command {
 	fl.StringVar(&f.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
 	fl.StringVar(&f.raftAddr, "raft-addr", def.Raft.BindAddr, "Raft and forwarding listen address")
 	fl.StringVar(&f.advertise, "advertise", "", "Raft address other nodes dial (default: -raft-addr)")
-	fl.StringSliceVar(&f.join, "join", nil, "Raft addresses of existing members to join through (comma-separated)")
+	fl.StringSliceVar(&f.join, "join", nil, "members to join through (comma-separated): Raft addresses, or gossip addresses when gossip is on")
+	fl.StringSliceVar(&f.retryJoin, "retry-join", nil, "gossip addresses to keep trying, with backoff, until one answers")
+	fl.StringVar(&f.gossipAddr, "gossip-addr", "", "gossip (memberlist) listen address; turns gossip on (default with -bootstrap-expect: "+membership.DefaultBindAddr+")")
+	fl.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "bootstrap a new cluster once this many servers are seen by gossip")
+	fl.StringVar(&f.encrypt, "encrypt", "", "gossip encryption key, base64 of 16, 24 or 32 bytes")
+	fl.StringVar(&f.clusterLabel, "cluster-label", "", "gossip cluster label: clusters with different labels never merge")
 	fl.BoolVar(&f.bootstrap, "bootstrap", false, "start a new cluster with this node as its first voter")
 	fl.BoolVar(&f.dev, "dev", false, "dev mode: one bootstrapped node, data in a fresh temp dir unless -data-dir")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -63,6 +101,18 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.Raft.AdvertiseAddr = f.advertise
 	cfg.Raft.Bootstrap = f.bootstrap || f.dev
 	cfg.Raft.Join = f.join
+	if f.gossipAddr == "" && (f.bootstrapExpect > 0 || len(f.retryJoin) > 0) {
+		f.gossipAddr = membership.DefaultBindAddr
+	}
+	if f.gossipAddr != "" {
+		g, err := gossipConfig(f)
+		if err != nil {
+			return err
+		}
+		cfg.Gossip = g
+		cfg.Raft.Join = nil
+		cfg.BootstrapExpect = f.bootstrapExpect
+	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
 	if f.dev && cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "keel-dev-")

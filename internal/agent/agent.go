@@ -26,6 +26,7 @@ type Agent struct {
 	node   *raft.Node
 	server *kv.Server
 	ln     net.Listener
+	gossip *gossip // nil when gossip is off
 
 	serveErr chan error
 	closeMu  sync.Mutex
@@ -74,6 +75,13 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1)}
 	go func() { a.serveErr <- server.Serve(ln) }()
+	if cfg.Gossip != nil {
+		if err := a.startGossip(ctx); err != nil {
+			server.Shutdown(ctx)
+			node.Close(ctx)
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+	}
 	log.Info("keel agent started", "http", ln.Addr().String(), "raft", rcfg.BindAddr, "data_dir", cfg.DataDir)
 	return a, nil
 }
@@ -111,6 +119,11 @@ func (a *Agent) Close(ctx context.Context) error {
 	}
 	a.closed = true
 	var errs []error
+	if a.gossip != nil {
+		if err := a.gossip.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close gossip: %w", err))
+		}
+	}
 	if err := a.server.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
 	}

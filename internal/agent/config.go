@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -27,14 +28,22 @@ type Config struct {
 	Raft     raft.Config
 	KV       kv.Config
 	Logger   hclog.Logger
+
+	// Gossip turns on membership (memberlist) when set; NodeID is filled in.
+	Gossip *membership.Config
+	// BootstrapExpect (with Gossip) bootstraps a new cluster once this many servers
+	// with the same expectation are seen and none has Raft state.
+	BootstrapExpect int
+	Autopilot       AutopilotConfig
 }
 
 // DefaultConfig returns a config for a node on loopback with the default ports.
 func DefaultConfig() Config {
 	return Config{
-		HTTPAddr: "127.0.0.1:7370",
-		Raft:     raft.DefaultConfig(),
-		KV:       kv.DefaultConfig(),
+		HTTPAddr:  "127.0.0.1:7370",
+		Raft:      raft.DefaultConfig(),
+		KV:        kv.DefaultConfig(),
+		Autopilot: DefaultAutopilotConfig(),
 	}
 }
 
@@ -50,6 +59,15 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPAddr == "" {
 		return errors.New("agent: http address is required")
+	}
+	if c.BootstrapExpect < 0 {
+		return fmt.Errorf("agent: bootstrap-expect %d: want 0 (off) or a server count", c.BootstrapExpect)
+	}
+	if c.BootstrapExpect > 0 && c.Gossip == nil {
+		return errors.New("agent: bootstrap-expect needs gossip (a gossip address)")
+	}
+	if c.BootstrapExpect > 0 && c.Raft.Bootstrap {
+		return errors.New("agent: bootstrap and bootstrap-expect are exclusive")
 	}
 	return nil
 }

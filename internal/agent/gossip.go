@@ -1,0 +1,245 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/membership"
+	"github.com/keel-kv/keel/raft"
+)
+
+// AutopilotConfig tunes the leader's reconciliation of gossip membership and the Raft
+// configuration (like Consul's autopilot).
+type AutopilotConfig struct {
+	// ServerStabilizationTime: a new server is promoted to voter once it has been caught
+	// up and alive this long.
+	ServerStabilizationTime time.Duration
+	// DeadServerThreshold: a server gossip has declared dead for this long is removed
+	// from the Raft configuration (a server that left gracefully is removed at once).
+	DeadServerThreshold time.Duration
+	// MinQuorum: dead voters are never removed below this many voters.
+	MinQuorum int
+	// MaxTrailingLogs: a server this close to the leader's last index counts as caught up.
+	MaxTrailingLogs uint64
+	// Interval between reconciliation rounds.
+	Interval time.Duration
+}
+
+// DefaultAutopilotConfig suits a LAN.
+func DefaultAutopilotConfig() AutopilotConfig {
+	return AutopilotConfig{ServerStabilizationTime: 10 * time.Second, DeadServerThreshold: 30 * time.Second,
+		MinQuorum: 3, MaxTrailingLogs: 256, Interval: time.Second}
+}
+
+// gossip runs membership next to raft: it advertises this node, bootstraps the cluster
+// once -bootstrap-expect servers are seen, and, on the leader, reconciles the Raft
+// configuration with gossip.
+type gossip struct {
+	a       *Agent
+	ml      *membership.Membership
+	meta    membership.Meta
+	healthy map[string]time.Time // nonvoter ID → caught up since
+	ready   []string             // bootstrap set seen at the previous round
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func (a *Agent) startGossip(ctx context.Context) error {
+	gcfg := *a.cfg.Gossip
+	gcfg.NodeID = a.cfg.NodeID
+	if gcfg.Logger == nil {
+		gcfg.Logger = a.log
+	}
+	meta := membership.Meta{
+		NodeID: a.cfg.NodeID, RaftAddr: a.node.Addr(), HTTPAddr: a.HTTPAddr(), Release: buildinfo.Version(),
+		MinCommandFormat: int(fsm.MinCommandFormat), MaxCommandFormat: int(fsm.MaxCommandFormat),
+		ClusterLabel: gcfg.ClusterLabel, BootstrapExpect: a.cfg.BootstrapExpect, HasRaftState: a.node.HasState(),
+	}
+	ml, err := membership.Open(ctx, gcfg, meta)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	g := &gossip{a: a, ml: ml, meta: meta, healthy: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
+	a.gossip = g
+	go g.loop(rctx)
+	return nil
+}
+
+func (g *gossip) close(ctx context.Context) error {
+	g.stop()
+	<-g.done
+	return g.ml.Close(ctx)
+}
+
+func (g *gossip) loop(ctx context.Context) {
+	defer close(g.done)
+	interval := g.a.cfg.Autopilot.Interval
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		g.round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-g.ml.Events():
+		}
+	}
+}
+
+func (g *gossip) round(ctx context.Context) {
+	node := g.a.node
+	if has := node.HasState(); has != g.meta.HasRaftState {
+		g.meta.HasRaftState = has
+		if err := g.ml.UpdateMeta(ctx, g.meta); err != nil {
+			g.a.log.Warn("update gossip metadata", "error", err)
+		}
+	}
+	members := g.ml.Members()
+	if !g.meta.HasRaftState && g.a.cfg.BootstrapExpect > 0 {
+		g.maybeBootstrap(members)
+		return
+	}
+	if node.IsLeader() {
+		g.autopilot(ctx, members)
+	}
+}
+
+// maybeBootstrap bootstraps once the same expect servers have been seen in two rounds
+// in a row. Every node of the group takes the first expect candidates by node ID, so
+// they propose one configuration; later servers are added by the leader's autopilot.
+func (g *gossip) maybeBootstrap(members []membership.Member) {
+	expect := g.a.cfg.BootstrapExpect
+	voters, ok := membership.BootstrapReady(expect, members)
+	if !ok {
+		g.ready = nil
+		return
+	}
+	voters = voters[:expect]
+	ids := make([]string, len(voters))
+	for i, v := range voters {
+		ids[i] = v.ID()
+	}
+	if fmt.Sprint(ids) != fmt.Sprint(g.ready) {
+		g.ready = ids
+		return
+	}
+	self := false
+	servers := make([]raft.Member, len(voters))
+	for i, v := range voters {
+		servers[i] = raft.Member{ID: v.ID(), Address: v.Meta.RaftAddr, Suffrage: "Voter"}
+		self = self || v.ID() == g.a.cfg.NodeID
+	}
+	if !self {
+		return // the group formed without us; the leader will add this node
+	}
+	if err := g.a.node.BootstrapServers(servers); err != nil {
+		g.a.log.Warn("bootstrap", "error", err)
+	}
+}
+
+// autopilot reconciles the Raft configuration with gossip membership: alive servers
+// outside it join as non-voters, caught-up and stable non-voters become voters, and
+// servers dead past the threshold (or gone by a graceful leave) are removed, never
+// below MinQuorum voters.
+func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
+	ap := g.a.cfg.Autopilot
+	node := g.a.node
+	byID := make(map[string]membership.Member, len(members))
+	for _, m := range members {
+		byID[m.ID()] = m
+	}
+	status := node.Status()
+	inCfg := make(map[string]raft.Member, len(status.Members))
+	voters := 0
+	for _, s := range status.Members {
+		inCfg[s.ID] = s
+		if s.Suffrage == "Voter" {
+			voters++
+		}
+	}
+	opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, m := range members {
+		if _, ok := inCfg[m.ID()]; ok || m.Status != membership.StatusAlive || m.Meta.Leaving || m.Meta.RaftAddr == "" {
+			continue
+		}
+		if err := node.AddNonvoter(opCtx, m.ID(), m.Meta.RaftAddr); err != nil {
+			g.a.log.Warn("autopilot: add non-voter", "id", m.ID(), "error", err)
+			continue
+		}
+		g.a.log.Info("autopilot: added non-voter", "id", m.ID(), "raft", m.Meta.RaftAddr)
+	}
+	now := time.Now()
+	for _, s := range status.Members {
+		if s.ID == g.a.cfg.NodeID {
+			continue
+		}
+		m, known := byID[s.ID]
+		if !known {
+			continue // not a gossip member (a node started without gossip): leave it alone
+		}
+		gone := m.Status == membership.StatusLeft ||
+			(m.Status == membership.StatusDead && now.Sub(m.LastChange) > ap.DeadServerThreshold)
+		if gone {
+			if s.Suffrage == "Voter" && voters-1 < ap.MinQuorum {
+				g.a.log.Warn("autopilot: not removing dead voter: would go below the minimum quorum",
+					"id", s.ID, "voters", voters, "min_quorum", ap.MinQuorum)
+				continue
+			}
+			if err := node.RemoveServer(opCtx, s.ID); err != nil {
+				g.a.log.Warn("autopilot: remove server", "id", s.ID, "error", err)
+				continue
+			}
+			if s.Suffrage == "Voter" {
+				voters--
+			}
+			delete(g.healthy, s.ID)
+			g.a.log.Info("autopilot: removed server", "id", s.ID, "gossip_status", m.Status.String())
+			continue
+		}
+		if s.Suffrage != "Voter" {
+			g.promote(opCtx, s, m, now)
+		}
+	}
+}
+
+func (g *gossip) promote(ctx context.Context, s raft.Member, m membership.Member, now time.Time) {
+	ap := g.a.cfg.Autopilot
+	node := g.a.node
+	caughtUp := false
+	if m.Status == membership.StatusAlive {
+		applied, err := node.PeerAppliedIndex(ctx, s.Address)
+		caughtUp = err == nil && applied+ap.MaxTrailingLogs >= node.LastIndex()
+	}
+	if !caughtUp {
+		delete(g.healthy, s.ID)
+		return
+	}
+	since, ok := g.healthy[s.ID]
+	if !ok {
+		g.healthy[s.ID] = now
+		return
+	}
+	if now.Sub(since) < ap.ServerStabilizationTime {
+		return
+	}
+	if err := node.AddVoter(ctx, s.ID, s.Address); err != nil {
+		g.a.log.Warn("autopilot: promote", "id", s.ID, "error", err)
+		return
+	}
+	delete(g.healthy, s.ID)
+	g.a.log.Info("autopilot: promoted to voter", "id", s.ID)
+}
+
+// Members returns the gossip members, or nil when gossip is off.
+func (a *Agent) Members() []membership.Member {
+	if a.gossip == nil {
+		return nil
+	}
+	return a.gossip.ml.Members()
+}

@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/keel-kv/keel/membership"
+)
+
+// gossipCluster starts agents that find each other by gossip: the same command line
+// (-bootstrap-expect, -join of every gossip address) for each.
+type gossipCluster struct {
+	t      *testing.T
+	dir    string
+	cfgs   []Config
+	agents []*Agent
+}
+
+func newGossipConfig(t *testing.T, dir, id string, expect int) Config {
+	cfg := testConfig(t, dir, id)
+	g := membership.DefaultLoopbackConfig()
+	g.BindAddr = freeAddr(t)
+	g.RetryJoin = true
+	g.ClusterLabel = "gossip-test"
+	cfg.Gossip = &g
+	cfg.BootstrapExpect = expect
+	cfg.Raft.HeartbeatTimeout = 300 * time.Millisecond
+	cfg.Raft.ElectionTimeout = 300 * time.Millisecond
+	cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
+	cfg.Autopilot = AutopilotConfig{ServerStabilizationTime: time.Second, DeadServerThreshold: 2 * time.Second,
+		MinQuorum: 3, MaxTrailingLogs: 64, Interval: 200 * time.Millisecond}
+	return cfg
+}
+
+func (c *gossipCluster) add(expect int) int {
+	c.t.Helper()
+	i := len(c.cfgs)
+	cfg := newGossipConfig(c.t, c.dir, fmt.Sprintf("g%d", i+1), expect)
+	for _, o := range c.cfgs {
+		cfg.Gossip.Join = append(cfg.Gossip.Join, o.Gossip.BindAddr)
+	}
+	c.cfgs = append(c.cfgs, cfg)
+	c.agents = append(c.agents, nil)
+	return i
+}
+
+func (c *gossipCluster) start(i int) {
+	c.t.Helper()
+	// Everyone lists everyone: the same flags on every host.
+	var all []string
+	for j, o := range c.cfgs {
+		if j != i {
+			all = append(all, o.Gossip.BindAddr)
+		}
+	}
+	c.cfgs[i].Gossip.Join = all
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := Start(ctx, c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("start %s: %v", c.cfgs[i].NodeID, err)
+	}
+	c.agents[i] = a
+}
+
+func (c *gossipCluster) stop(i int) {
+	if c.agents[i] == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c.agents[i].Close(ctx)
+	c.agents[i] = nil
+}
+
+// voters returns the leader's view of voters and non-voters, once a leader exists.
+func (c *gossipCluster) config() (leader string, voters, nonvoters []string) {
+	for _, a := range c.agents {
+		if a == nil || !a.Node().IsLeader() {
+			continue
+		}
+		st := a.Node().Status()
+		for _, m := range st.Members {
+			if m.Suffrage == "Voter" {
+				voters = append(voters, m.ID)
+			} else {
+				nonvoters = append(nonvoters, m.ID)
+			}
+		}
+		return st.NodeID, voters, nonvoters
+	}
+	return "", nil, nil
+}
+
+func (c *gossipCluster) waitConfig(what string, d time.Duration, ok func(voters, nonvoters []string) bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		lead, v, nv := c.config()
+		if lead != "" && ok(v, nv) {
+			c.t.Logf("%s: leader %s voters %v non-voters %v", what, lead, v, nv)
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: timed out; leader %q voters %v non-voters %v", what, lead, v, nv)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestGossipBootstrapExpectScaleAndReap(t *testing.T) {
+	c := &gossipCluster{t: t, dir: t.TempDir()}
+	for range 3 {
+		c.add(3)
+	}
+	// Same command line on each, started in random order.
+	for _, i := range rand.Perm(3) {
+		c.start(i)
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		for i := range c.agents {
+			c.stop(i)
+		}
+	})
+	c.waitConfig("bootstrap-expect 3", 20*time.Second, func(v, nv []string) bool { return len(v) == 3 && len(nv) == 0 })
+	cl := func() int {
+		for i, a := range c.agents {
+			if a != nil {
+				return i
+			}
+		}
+		return -1
+	}
+	put := func(key string) {
+		t.Helper()
+		a := c.agents[cl()]
+		cli := (&testCluster{t: t, agents: []*Agent{a}}).client(0)
+		if _, err := cli.Put(context.Background(), key, []byte("v")); err != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+	}
+	put("formed")
+
+	// Scale out 3 → 5: new nodes (no bootstrap-expect) join by gossip, enter as
+	// non-voters and are promoted once caught up and stable.
+	for range 2 {
+		i := c.add(0)
+		c.start(i)
+	}
+	c.waitConfig("scale to 5", 30*time.Second, func(v, nv []string) bool { return len(v) == 5 })
+	put("scaled")
+
+	// Restart of every node keeps the cluster (no second bootstrap).
+	for i := range c.agents {
+		c.stop(i)
+		c.start(i)
+	}
+	c.waitConfig("restart all", 30*time.Second, func(v, nv []string) bool { return len(v) == 5 })
+
+	// Kill two nodes: each is reaped after the dead-server threshold → 3 voters.
+	c.stop(3)
+	c.stop(4)
+	c.waitConfig("reap two dead", 30*time.Second, func(v, nv []string) bool { return len(v) == 3 })
+	put("after reap")
+
+	// A third death must not shrink the voters below the minimum quorum of 3.
+	lead, _, _ := c.config()
+	victim := 0
+	for c.cfgs[victim].NodeID == lead {
+		victim++
+	}
+	c.stop(victim)
+	time.Sleep(4 * time.Second)
+	if _, v, _ := c.config(); len(v) != 3 {
+		t.Fatalf("voters %v: dead voter removed below the minimum quorum", v)
+	}
+	put("degraded")
+}
