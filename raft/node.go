@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,6 +261,11 @@ func (n *Node) applyLocal(d data) ([]byte, error) {
 
 func mapRaftErr(err error) error {
 	switch {
+	case strings.Contains(err.Error(), "unable to store logs"):
+		// The leader could not write the entry to its own log (a full disk, say) and
+		// stepped down before replicating it: certainly not applied, so another leader
+		// may take the write.
+		return fmt.Errorf("%w: leader could not store the entry: %v", ErrNotLeader, err)
 	case errors.Is(err, hraft.ErrNotLeader):
 		return ErrNotLeader
 	case errors.Is(err, hraft.ErrRaftShutdown):
