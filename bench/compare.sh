@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# keel vs etcd on this machine: 3 nodes of each on loopback, data dirs in one temp dir,
+# default fsync behaviour for both, driven by the same load generator (bench/loadgen),
+# results side by side. Run through `make bench-compare` (which builds bin/keel first).
+#
+#   bash bench/compare.sh                      # the full run (~15 min on 2 cores)
+#   bash bench/compare.sh -mem-keys 200000     # extra flags go to `loadgen compare`
+#
+# Raw results land in bench/results/<run>/ (gitignored); the table is also written into
+# bench/README.md between the table markers.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+KEEL_BIN=${KEEL_BIN:-$ROOT/bin/keel}
+RUN=$(date +%Y%m%d-%H%M%S)
+OUT=${OUT:-$ROOT/bench/results/$RUN}
+LOADGEN=$ROOT/bench/results/bin/loadgen
+WORK=$(mktemp -d /tmp/keel-bench.XXXXXX)
+PIDS=$WORK/pids
+LG_PID=""
+
+# Stop exactly the processes this run started: the load generator and every server
+# whose PID it recorded (it also sets PDEATHSIG, this is the second line of defence).
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [[ -n "$LG_PID" ]] && kill -0 "$LG_PID" 2>/dev/null; then
+		kill -TERM "$LG_PID" 2>/dev/null || true
+		for _ in $(seq 1 50); do kill -0 "$LG_PID" 2>/dev/null || break; sleep 0.2; done
+		kill -KILL "$LG_PID" 2>/dev/null || true
+	fi
+	if [[ -f "$PIDS" ]]; then
+		while read -r pid; do
+			[[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null || true
+		done <"$PIDS"
+		sleep 1
+		while read -r pid; do
+			[[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
+		done <"$PIDS"
+	fi
+	# Keep the node logs next to the results, then drop the data dirs.
+	if [[ -d "$OUT" ]]; then
+		mkdir -p "$OUT/logs"
+		for d in "$WORK"/*/; do
+			[[ -d "$d" ]] || continue
+			for f in "$d"*.log; do [[ -f "$f" ]] && cp "$f" "$OUT/logs/$(basename "$d")-$(basename "$f")"; done
+		done
+	fi
+	rm -rf "$WORK"
+	exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+ensure_etcd() {
+	if command -v etcd >/dev/null 2>&1; then
+		return
+	fi
+	echo "== installing Debian's etcd-server"
+	apt-cache policy etcd-server || true
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server
+	# The package enables a system etcd on :2379; it would share our 2 cores.
+	if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+		systemctl stop etcd || true
+	fi
+}
+
+ensure_etcd
+ETCD_BIN=$(command -v etcd)
+if pgrep -x etcd >/dev/null 2>&1; then
+	echo "warning: an etcd process not started by this script is running; it will skew the figures" >&2
+fi
+if [[ ! -x "$KEEL_BIN" ]]; then
+	echo "no keel binary at $KEEL_BIN (run: make build)" >&2
+	exit 1
+fi
+
+echo "== building the load generator"
+mkdir -p "$(dirname "$LOADGEN")" "$OUT"
+(cd bench/loadgen && go build -o "$LOADGEN" .)
+
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "nproc: $(nproc)"
+	echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+	echo "kernel: $(uname -sr)"
+	echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
+	echo "data dir filesystem: $(df -T "$WORK" | awk 'NR==2 {print $2" on "$1}')"
+	echo "etcd: $("$ETCD_BIN" --version | head -1)"
+	echo "keel: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "go: $(go version | awk '{print $3}')"
+	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$OUT/env.txt"
+cat "$OUT/env.txt"
+
+echo "== running (results in $OUT)"
+"$LOADGEN" compare -etcd-bin "$ETCD_BIN" -keel-bin "$KEEL_BIN" -work "$WORK" -out "$OUT" -pids "$PIDS" "$@" \
+	> >(tee "$OUT/run.log") 2>&1 &
+LG_PID=$!
+wait "$LG_PID"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/env.txt"
+
+"$LOADGEN" readme -out "$OUT" -readme "$ROOT/bench/README.md"
+echo "== table written to bench/README.md; raw results in $OUT"

@@ -1,0 +1,197 @@
+// Command loadgen drives etcd (through its native gRPC client, clientv3) and keel
+// (through its native HTTP API) with the same workloads, shapes and concurrency, on
+// 3-node clusters it starts on loopback, and prints the two side by side.
+//
+//	loadgen compare -etcd-bin /usr/bin/etcd -keel-bin bin/keel -work /tmp/x -out bench/results/RUN
+//	loadgen report -out bench/results/RUN
+//
+// It lives in its own module so etcd's client never enters keel's go.mod.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	log.SetFlags(log.Ltime)
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: loadgen compare|report|readme [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "compare":
+		err = compareCmd(os.Args[2:])
+	case "report":
+		err = reportCmd(os.Args[2:])
+	case "readme":
+		err = readmeCmd(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (want compare, report or readme)", os.Args[1])
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// runConfig is the JSON-saved part of the suite config that the report needs.
+type runConfig struct {
+	Clients         int   `json:"clients"`
+	ScanKeys        int   `json:"scan_keys"`
+	ScanLimits      []int `json:"scan_limits"`
+	CompactVersions int   `json:"compact_versions"`
+	CompactClients  int   `json:"compact_clients"`
+	MemKeys         int   `json:"mem_keys"`
+}
+
+func (c runConfig) suite() suiteConfig {
+	s := defaultSuiteConfig()
+	s.clients, s.scanKeys, s.scanLimits = c.Clients, c.ScanKeys, c.ScanLimits
+	s.compactVersions, s.compactClients, s.memKeys = c.CompactVersions, c.CompactClients, c.MemKeys
+	return s
+}
+
+func compareCmd(args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ExitOnError)
+	systems := fs.String("systems", "etcd,keel", "systems to run, in order")
+	etcdBin := fs.String("etcd-bin", "/usr/bin/etcd", "etcd server binary")
+	keelBin := fs.String("keel-bin", "bin/keel", "keel binary")
+	work := fs.String("work", "", "scratch dir for data dirs and node logs (required)")
+	out := fs.String("out", "", "results dir (required)")
+	pidFile := fs.String("pids", "", "append each started server's PID to this file")
+	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member")
+	profileDir := fs.String("profile-dir", "", "capture CPU profiles of the leader and a follower during the main runs "+
+		"(keel needs -keel-bin pointing at keelprof; etcd gets --enable-pprof)")
+	cfg := defaultSuiteConfig()
+	fs.DurationVar(&cfg.writeDur, "write-dur", cfg.writeDur, "measured time per write/mixed run")
+	fs.DurationVar(&cfg.readDur, "read-dur", cfg.readDur, "measured time per read run")
+	fs.IntVar(&cfg.clients, "clients", cfg.clients, "concurrent clients of the many-clients shape")
+	fs.IntVar(&cfg.scanKeys, "scan-keys", cfg.scanKeys, "keys loaded for the paged scan")
+	fs.IntVar(&cfg.compactVersions, "compact-versions", cfg.compactVersions, "superseded versions removed by the compaction")
+	fs.IntVar(&cfg.memKeys, "mem-keys", cfg.memKeys, "keys loaded before measuring RSS and the join")
+	fs.DurationVar(&cfg.compactWindow, "compact-window", cfg.compactWindow, "minimum measured time during compaction")
+	fs.Parse(args)
+	if *work == "" || *out == "" {
+		return errors.New("compare: -work and -out are required")
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rc := runConfig{cfg.clients, cfg.scanKeys, cfg.scanLimits, cfg.compactVersions, cfg.compactClients, cfg.memKeys}
+	for _, sys := range strings.Split(*systems, ",") {
+		var newCl func(sub string) Cluster
+		var version string
+		switch sys {
+		case "etcd":
+			version = firstLine(*etcdBin, "--version")
+			newCl = func(sub string) Cluster {
+				return newEtcdCluster(*etcdBin, filepath.Join(*work, "etcd-"+sub), *pidFile, *conns, *profileDir != "")
+			}
+		case "keel":
+			version = firstLine(*keelBin, "version")
+			newCl = func(sub string) Cluster {
+				return newKeelCluster(*keelBin, filepath.Join(*work, "keel-"+sub), *pidFile, *profileDir != "")
+			}
+		default:
+			return fmt.Errorf("unknown system %q", sys)
+		}
+		res := &Results{System: sys, Version: version, Started: time.Now(), Stats: map[string]Stats{}, Metrics: map[string]float64{}}
+		log.Printf("=== %s (%s)", sys, version)
+		s := &suite{cfg: cfg, newCl: newCl, res: res, profileDir: *profileDir}
+		s.run(ctx)
+		if err := saveResults(filepath.Join(*out, sys+".json"), rc, res); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return printReport(*out)
+}
+
+type savedResults struct {
+	Config  runConfig `json:"config"`
+	Results *Results  `json:"results"`
+}
+
+func saveResults(path string, rc runConfig, r *Results) error {
+	b, err := json.MarshalIndent(savedResults{rc, r}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func loadResults(path string) (*savedResults, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s savedResults
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &s, nil
+}
+
+func reportCmd(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ExitOnError)
+	out := fs.String("out", "", "results dir of a compare run")
+	fs.Parse(args)
+	return printReport(*out)
+}
+
+// printReport renders the table from out/keel.json and out/etcd.json, prints it with
+// both systems' notes and failures, and writes out/table.md.
+func printReport(out string) error {
+	res := map[string]*Results{}
+	var rc runConfig
+	for _, sys := range []string{"keel", "etcd"} {
+		s, err := loadResults(filepath.Join(out, sys+".json"))
+		if err != nil {
+			log.Printf("report: %v", err)
+			res[sys] = &Results{System: sys, Stats: map[string]Stats{}, Metrics: map[string]float64{}}
+			continue
+		}
+		res[sys], rc = s.Results, s.Config
+	}
+	if rc.Clients == 0 {
+		return errors.New("report: no results")
+	}
+	table, _, _ := renderTable(rc.suite(), res["keel"], res["etcd"])
+	var b strings.Builder
+	fmt.Fprintf(&b, "keel: %s\netcd: %s\n\n%s", res["keel"].Version, res["etcd"].Version, table)
+	for _, sys := range []string{"keel", "etcd"} {
+		for _, n := range res[sys].Notes {
+			fmt.Fprintf(&b, "- %s: %s\n", sys, n)
+		}
+		for _, f := range res[sys].Failures {
+			fmt.Fprintf(&b, "- %s FAILED: %s\n", sys, f)
+		}
+	}
+	fmt.Print("\n" + b.String())
+	return os.WriteFile(filepath.Join(out, "table.md"), []byte(b.String()), 0o644)
+}
+
+func firstLine(bin string, args ...string) string {
+	outp, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		return "unknown"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(outp)), "\n")
+	return line
+}

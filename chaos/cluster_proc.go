@@ -1,0 +1,545 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keel-kv/keel/kv/client"
+)
+
+// ProcConfig configures a cluster of keel processes on loopback.
+type ProcConfig struct {
+	Bin   string // the keel binary
+	Dir   string // work dir: one data dir and one log per node
+	Nodes int    // initial voters
+	// Subnet is the second octet of the nodes' loopback IPs: node i listens on
+	// 127.<Subnet>.0.<10+i>, so faults can tell nodes apart by address.
+	Subnet int
+	// DiskSize, when > 0, mounts a tmpfs of that many bytes as the data dir of the
+	// first node (needs root; see DiskNode, FillDisk).
+	DiskSize int64
+	// Remover removes a voter through some node's API (nil: FaultRemove unsupported).
+	Remover func(ctx context.Context, httpAddr, id string) error
+	Logf    func(format string, args ...any)
+}
+
+// DefaultProcConfig returns a 3-node config; Bin and Dir must be set.
+func DefaultProcConfig() ProcConfig {
+	return ProcConfig{Nodes: 3, Subnet: 77, Logf: func(string, ...any) {}}
+}
+
+// Validate names the bad field.
+func (c ProcConfig) Validate() error {
+	switch {
+	case c.Bin == "":
+		return errors.New("chaos: ProcConfig.Bin is empty")
+	case c.Dir == "":
+		return errors.New("chaos: ProcConfig.Dir is empty")
+	case c.Nodes < 1 || c.Nodes > 9:
+		return fmt.Errorf("chaos: ProcConfig.Nodes = %d, want 1..9", c.Nodes)
+	case c.Subnet < 1 || c.Subnet > 254:
+		return fmt.Errorf("chaos: ProcConfig.Subnet = %d, want 1..254", c.Subnet)
+	}
+	return nil
+}
+
+// procNode is one keel process (or the memory of one that is stopped).
+type procNode struct {
+	id, ip                       string
+	httpAddr, raftAddr, advAddr  string
+	dataDir, logPath, fillerPath string
+	tmpfs                        bool
+	cl                           *client.Client
+
+	cmd         *exec.Cmd
+	exited      chan struct{}
+	exitErr     error
+	incarnation int
+	running     bool
+	paused      bool
+	stopping    bool // the harness is stopping it: an exit is expected
+	crashed     bool
+	removed     bool
+}
+
+// ProcCluster runs keel as real processes, each on its own loopback IP, with a
+// fault-injecting proxy in front of every Raft port (what each node advertises).
+type ProcCluster struct {
+	cfg ProcConfig
+	net *Network
+
+	mu struct {
+		sync.Mutex
+		nodes map[string]*procNode
+		next  int
+	}
+}
+
+var _ Cluster = (*ProcCluster)(nil)
+
+// StartProcCluster starts cfg.Nodes processes: the first bootstraps, the others join
+// it; it returns once all are voters and ready.
+func StartProcCluster(ctx context.Context, cfg ProcConfig) (*ProcCluster, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	c := &ProcCluster{cfg: cfg}
+	c.mu.nodes = map[string]*procNode{}
+	c.net = NewNetwork(c.identify)
+	var ids []string
+	for i := 0; i < cfg.Nodes; i++ {
+		n, err := c.newNode(i == 0 && cfg.DiskSize > 0)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		var join []string
+		if i > 0 {
+			join = []string{c.node(ids[0]).advAddr}
+		}
+		if err := c.launch(n, i == 0, join); err != nil {
+			c.Close()
+			return nil, err
+		}
+		ids = append(ids, n.id)
+		if i == 0 {
+			if _, err := WaitLeader(ctx, c); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("first node: %w", err)
+			}
+		}
+	}
+	if err := WaitVoters(ctx, c, ids); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Name implements Cluster.
+func (c *ProcCluster) Name() string { return "process" }
+
+// Network is the proxy network in front of the Raft ports.
+func (c *ProcCluster) Network() *Network { return c.net }
+
+// Unidentified counts proxied connections whose dialing node could not be found (link
+// faults could not apply to them).
+func (c *ProcCluster) Unidentified() int { return c.net.Unidentified() }
+
+// Net implements Cluster.
+func (c *ProcCluster) Net() NetFaults { return c.net }
+
+func (c *ProcCluster) node(id string) *procNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.nodes[id]
+}
+
+// newNode allocates a node: ID, loopback IP, ports, data dir, proxy.
+func (c *ProcCluster) newNode(tmpfs bool) (*procNode, error) {
+	c.mu.Lock()
+	c.mu.next++
+	k := c.mu.next
+	c.mu.Unlock()
+	id := fmt.Sprintf("n%d", k)
+	ip := fmt.Sprintf("127.%d.0.%d", c.cfg.Subnet, 10+k)
+	n := &procNode{id: id, ip: ip, dataDir: filepath.Join(c.cfg.Dir, id), logPath: filepath.Join(c.cfg.Dir, id+".log")}
+	n.fillerPath = filepath.Join(n.dataDir, "chaos-filler")
+	ports, err := freePorts(ip, 3)
+	if err != nil {
+		return nil, err
+	}
+	n.httpAddr = net.JoinHostPort(ip, fmt.Sprint(ports[0]))
+	n.raftAddr = net.JoinHostPort(ip, fmt.Sprint(ports[1]))
+	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if tmpfs {
+		if err := mountTmpfs(n.dataDir, c.cfg.DiskSize); err != nil {
+			return nil, err
+		}
+		n.tmpfs = true
+	}
+	adv, err := c.net.Listen(id, net.JoinHostPort(ip, fmt.Sprint(ports[2])), n.raftAddr)
+	if err != nil {
+		return nil, err
+	}
+	n.advAddr = adv
+	n.cl = newNodeClient(n.httpAddr)
+	c.mu.Lock()
+	c.mu.nodes[id] = n
+	c.mu.Unlock()
+	return n, nil
+}
+
+// freePorts finds n free TCP ports on ip (bound then released: a small race).
+func freePorts(ip string, n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("free port on %s: %w", ip, err)
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// launch starts the node's process. bootstrap/join only matter on first start.
+func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
+	args := []string{"agent", "-node-id", n.id, "-data-dir", n.dataDir,
+		"-http-addr", n.httpAddr, "-raft-addr", n.raftAddr, "-advertise", n.advAddr}
+	if bootstrap {
+		args = append(args, "-bootstrap")
+	}
+	if len(join) > 0 {
+		args = append(args, "-join", strings.Join(join, ","))
+	}
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("node log: %w", err)
+	}
+	c.mu.Lock()
+	inc := n.incarnation
+	if n.cmd != nil {
+		inc++
+	}
+	c.mu.Unlock()
+	fmt.Fprintf(logf, "=== chaos: %s start incarnation %d at %s: %s %s\n", n.id, inc,
+		time.Now().Format(time.RFC3339Nano), c.cfg.Bin, strings.Join(args, " "))
+	cmd := exec.Command(c.cfg.Bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", n.id, err)
+	}
+	exited := make(chan struct{})
+	c.mu.Lock()
+	n.cmd, n.exited, n.incarnation = cmd, exited, inc
+	n.running, n.paused, n.stopping, n.exitErr = true, false, false, nil
+	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		c.mu.Lock()
+		n.running, n.paused, n.exitErr = false, false, err
+		if !n.stopping {
+			n.crashed = true
+			c.cfg.Logf("node %s exited unexpectedly: %v (log %s)", n.id, err, n.logPath)
+		}
+		c.mu.Unlock()
+		close(exited)
+	}()
+	return nil
+}
+
+// identify names the node that dialed a proxied connection: by its source IP when the
+// node binds its dialer to its own address, else by which node process owns the
+// dialing socket.
+func (c *ProcCluster) identify(remote, local net.Addr) string {
+	ra, ok1 := remote.(*net.TCPAddr)
+	la, ok2 := local.(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	c.mu.Lock()
+	pids := map[int]string{}
+	var list []int
+	for id, n := range c.mu.nodes {
+		if n.ip == ra.IP.String() {
+			c.mu.Unlock()
+			return id
+		}
+		if n.running && n.cmd != nil && n.cmd.Process != nil {
+			pids[n.cmd.Process.Pid] = id
+			list = append(list, n.cmd.Process.Pid)
+		}
+	}
+	c.mu.Unlock()
+	pid, found, ok := socketOwner(ra, la, list)
+	switch {
+	case ok:
+		return pids[pid]
+	case !found:
+		return SourceGone
+	}
+	return ""
+}
+
+// Members implements Cluster.
+func (c *ProcCluster) Members() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id, n := range c.mu.nodes {
+		if !n.removed {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Client implements Cluster.
+func (c *ProcCluster) Client(id string) *client.Client { return c.node(id).cl }
+
+// HTTPAddr is the node's HTTP address.
+func (c *ProcCluster) HTTPAddr(id string) string { return c.node(id).httpAddr }
+
+// Incarnation implements Cluster.
+func (c *ProcCluster) Incarnation(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.nodes[id].incarnation
+}
+
+// Kill implements Cluster: SIGKILL (a paused process dies too) and wait for the exit.
+func (c *ProcCluster) Kill(id string) error {
+	return c.stop(id, syscall.SIGKILL)
+}
+
+func (c *ProcCluster) stop(id string, sig syscall.Signal) error {
+	n := c.node(id)
+	c.mu.Lock()
+	if !n.running {
+		c.mu.Unlock()
+		return nil
+	}
+	n.stopping = true
+	p, exited := n.cmd.Process, n.exited
+	c.mu.Unlock()
+	if err := p.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %s: %w", id, err)
+	}
+	if sig != syscall.SIGKILL {
+		p.Signal(syscall.SIGCONT)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(15 * time.Second):
+		p.Signal(syscall.SIGKILL)
+		<-exited
+		return fmt.Errorf("%s did not stop on %s within 15s", id, sig)
+	}
+}
+
+// Start implements Cluster: restart a stopped node on its data dir.
+func (c *ProcCluster) Start(ctx context.Context, id string) error {
+	n := c.node(id)
+	c.mu.Lock()
+	running := n.running
+	c.mu.Unlock()
+	if running {
+		return nil
+	}
+	return c.launch(n, false, nil)
+}
+
+// Pause implements Cluster.
+func (c *ProcCluster) Pause(id string) error { return c.signalRunning(id, syscall.SIGSTOP, true) }
+
+// Resume implements Cluster.
+func (c *ProcCluster) Resume(id string) error { return c.signalRunning(id, syscall.SIGCONT, false) }
+
+func (c *ProcCluster) signalRunning(id string, sig syscall.Signal, paused bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.mu.nodes[id]
+	if !n.running {
+		return fmt.Errorf("signal %s: not running", id)
+	}
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s: %w", id, err)
+	}
+	n.paused = paused
+	return nil
+}
+
+// AddNode implements Cluster: a new process joins through every current member.
+func (c *ProcCluster) AddNode(ctx context.Context) (string, error) {
+	var join []string
+	for _, id := range c.Members() {
+		join = append(join, c.node(id).advAddr)
+	}
+	n, err := c.newNode(false)
+	if err != nil {
+		return "", err
+	}
+	if err := c.launch(n, false, join); err != nil {
+		return "", err
+	}
+	return n.id, nil
+}
+
+// RemoveNode implements Cluster: remove through the leader's API, then stop it.
+func (c *ProcCluster) RemoveNode(ctx context.Context, id string) error {
+	if c.cfg.Remover == nil {
+		return ErrUnsupported
+	}
+	leader, err := WaitLeader(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := c.cfg.Remover(ctx, c.HTTPAddr(leader), id); err != nil {
+		return fmt.Errorf("remove %s via %s: %w", id, leader, err)
+	}
+	c.mu.Lock()
+	c.mu.nodes[id].removed = true
+	c.mu.Unlock()
+	err = c.stop(id, syscall.SIGTERM)
+	c.net.CloseNode(id)
+	return err
+}
+
+// DiskNode implements Cluster.
+func (c *ProcCluster) DiskNode() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, n := range c.mu.nodes {
+		if n.tmpfs {
+			return id
+		}
+	}
+	return ""
+}
+
+// FillDisk implements Cluster: write a filler file until the tmpfs is full.
+func (c *ProcCluster) FillDisk(id string) error {
+	n := c.node(id)
+	if !n.tmpfs {
+		return fmt.Errorf("fill disk of %s: %w (not a tmpfs)", id, ErrUnsupported)
+	}
+	return fillFile(n.fillerPath)
+}
+
+// FreeDisk implements Cluster.
+func (c *ProcCluster) FreeDisk(id string) error {
+	n := c.node(id)
+	if err := os.Remove(n.fillerPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("free disk of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Supports implements Cluster.
+func (c *ProcCluster) Supports(k FaultKind) bool {
+	switch k {
+	case FaultRemove, FaultReplace:
+		return c.cfg.Remover != nil
+	case FaultDiskFull:
+		return c.DiskNode() != ""
+	}
+	return true
+}
+
+// Crashed implements Cluster.
+func (c *ProcCluster) Crashed() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id, n := range c.mu.nodes {
+		if n.crashed {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// HealAll implements Cluster.
+func (c *ProcCluster) HealAll(ctx context.Context) error {
+	c.net.Heal()
+	var errs []error
+	for _, id := range c.Members() {
+		n := c.node(id)
+		if n.tmpfs {
+			errs = append(errs, c.FreeDisk(id))
+		}
+		c.mu.Lock()
+		running, paused := n.running, n.paused
+		c.mu.Unlock()
+		switch {
+		case paused:
+			errs = append(errs, c.Resume(id))
+		case !running:
+			errs = append(errs, c.Start(ctx, id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CollectLogs implements Cluster.
+func (c *ProcCluster) CollectLogs(dir string) error {
+	c.mu.Lock()
+	var paths []string
+	for _, n := range c.mu.nodes {
+		paths = append(paths, n.logPath)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, p := range paths {
+		errs = append(errs, copyFile(p, filepath.Join(dir, filepath.Base(p))))
+	}
+	return errors.Join(errs...)
+}
+
+// Close implements Cluster: kill every process, stop the proxies, unmount tmpfs.
+func (c *ProcCluster) Close() {
+	c.mu.Lock()
+	var ids []string
+	for id := range c.mu.nodes {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.Kill(id)
+	}
+	c.net.Close()
+	for _, id := range ids {
+		if n := c.node(id); n.tmpfs {
+			if err := unmount(n.dataDir); err != nil {
+				c.cfg.Logf("unmount %s: %v", n.dataDir, err)
+			}
+		}
+	}
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,71 @@
+package chaos
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// socketOwner finds which of pids owns the TCP socket with local address local and
+// remote address remote (the dialing end of a loopback connection), by matching
+// /proc/net/tcp's socket inode against each process's open files. It needs no
+// privileges for processes of the same user. found is false when no such socket
+// exists (any more).
+func socketOwner(local, remote *net.TCPAddr, pids []int) (pid int, found, ok bool) {
+	inode, found := socketInode(local, remote)
+	if !found {
+		return 0, false, false
+	}
+	want := fmt.Sprintf("socket:[%d]", inode)
+	for _, pid := range pids {
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == want {
+				return pid, true, true
+			}
+		}
+	}
+	return 0, true, false
+}
+
+// socketInode looks the socket up in /proc/net/tcp (IPv4 only: the harness uses
+// 127.0.0.0/8).
+func socketInode(local, remote *net.TCPAddr) (uint64, bool) {
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	l, r := procAddr(local), procAddr(remote)
+	if l == "" || r == "" {
+		return 0, false
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 10 || fs[1] != l || fs[2] != r {
+			continue
+		}
+		inode, err := strconv.ParseUint(fs[9], 10, 64)
+		return inode, err == nil && inode != 0
+	}
+	return 0, false
+}
+
+// procAddr formats an IPv4 address as /proc/net/tcp does: the network-order address
+// read as a native 32-bit word in hex, then the port in hex ("0100007F:1F90" on x86).
+func procAddr(a *net.TCPAddr) string {
+	ip := a.IP.To4()
+	if ip == nil {
+		return ""
+	}
+	return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(ip), a.Port)
+}
