@@ -28,6 +28,8 @@ type Agent struct {
 	ln     net.Listener
 	gossip *gossip // nil when gossip is off
 
+	stopMetrics func()
+
 	serveErr chan error
 	closeMu  sync.Mutex
 	closed   bool
@@ -74,6 +76,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("http server: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1)}
+	if err := a.enableMetrics(); err != nil {
+		ln.Close()
+		node.Close(ctx)
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	go func() { a.serveErr <- server.Serve(ln) }()
 	if cfg.Gossip != nil {
 		if err := a.startGossip(ctx); err != nil {
@@ -118,6 +125,9 @@ func (a *Agent) Close(ctx context.Context) error {
 		return nil
 	}
 	a.closed = true
+	if a.stopMetrics != nil {
+		a.stopMetrics()
+	}
 	var errs []error
 	if a.gossip != nil {
 		if err := a.gossip.close(ctx); err != nil {
