@@ -261,6 +261,8 @@ func (n *Node) applyLocal(d data) ([]byte, error) {
 
 func mapRaftErr(err error) error {
 	switch {
+	case err == nil:
+		return nil
 	case strings.Contains(err.Error(), "unable to store logs"):
 		// The leader could not write the entry to its own log (a full disk, say) and
 		// stepped down before replicating it: certainly not applied, so another leader

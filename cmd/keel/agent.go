@@ -142,6 +142,8 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	case <-ctx.Done():
 		log.Info("signal received, stopping gracefully")
 	case serveErr = <-a.Done():
+	case <-a.Left():
+		log.Info("left the cluster, stopping")
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()

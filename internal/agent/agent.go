@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -29,6 +30,8 @@ type Agent struct {
 	gossip *gossip // nil when gossip is off
 
 	stopMetrics func()
+	left        chan struct{}
+	leaveOnce   sync.Once
 
 	serveErr chan error
 	closeMu  sync.Mutex
@@ -75,7 +78,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		node.Close(ctx)
 		return nil, fmt.Errorf("http server: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1)}
+	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1),
+		left: make(chan struct{})}
+	server.Handle("POST /v1/agent/leave", http.HandlerFunc(a.handleLeave))
 	if err := a.enableMetrics(); err != nil {
 		ln.Close()
 		node.Close(ctx)
