@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -80,7 +79,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1),
 		left: make(chan struct{})}
-	server.Handle("POST /v1/agent/leave", http.HandlerFunc(a.handleLeave))
+	a.registerOperatorRoutes()
 	if err := a.enableMetrics(); err != nil {
 		ln.Close()
 		node.Close(ctx)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -50,12 +49,9 @@ func (a *Agent) Left() <-chan struct{} { return a.left }
 func (a *Agent) handleLeave(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	w.Header().Set("Content-Type", "application/json")
 	if err := a.Leave(ctx); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]any{"code": http.StatusServiceUnavailable,
-			"reason": "LeaveFailed", "message": err.Error()})
+		writeAgentError(w, http.StatusServiceUnavailable, "LeaveFailed", err.Error())
 		return
 	}
-	json.NewEncoder(w).Encode(map[string]any{"node_id": a.cfg.NodeID, "left": true})
+	writeAgentJSON(w, http.StatusOK, map[string]any{"node_id": a.cfg.NodeID, "left": true})
 }
