@@ -26,6 +26,9 @@ func TestOperatorMembersTransferRemove(t *testing.T) {
 	c := newTestCluster(t, 3)
 	base := "http://" + c.agents[0].HTTPAddr()
 
+	if code := call(t, "GET", base+"/livez", "", nil); code != 200 {
+		t.Fatalf("livez: %d", code)
+	}
 	var members struct{ Members []MemberInfo }
 	if code := call(t, "GET", base+"/v1/agent/members", "", &members); code != 200 || len(members.Members) != 3 {
 		t.Fatalf("members: %d %+v", code, members)
