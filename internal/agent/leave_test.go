@@ -70,9 +70,12 @@ func TestLeaderLeavesUnderWriteLoad(t *testing.T) {
 	wg.Wait()
 
 	other := (lead + 1) % 3
-	st := c.agents[other].Node().Status()
-	if len(st.Members) != 2 {
-		t.Fatalf("members after leave: %+v", st.Members)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.agents[other].Node().Status().Members) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("members after leave: %+v", c.agents[other].Node().Status().Members)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -29,9 +29,19 @@ func TestOperatorMembersTransferRemove(t *testing.T) {
 	if code := call(t, "GET", base+"/livez", "", nil); code != 200 {
 		t.Fatalf("livez: %d", code)
 	}
+	// The member list is refreshed in the background: give it a moment to show n3.
 	var members struct{ Members []MemberInfo }
-	if code := call(t, "GET", base+"/v1/agent/members", "", &members); code != 200 || len(members.Members) != 3 {
-		t.Fatalf("members: %d %+v", code, members)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		members.Members = nil
+		code := call(t, "GET", base+"/v1/agent/members", "", &members)
+		if code == 200 && len(members.Members) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members: %d %+v", code, members)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	lead := ""
 	for _, m := range members.Members {
@@ -54,7 +64,7 @@ func TestOperatorMembersTransferRemove(t *testing.T) {
 	if code := call(t, "POST", base+"/v1/agent/transfer-leader", `{"id":"`+target+`"}`, nil); code != 200 {
 		t.Fatalf("transfer-leader: %d", code)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for c.agents[0].Node().Status().LeaderID != target {
 		if time.Now().After(deadline) {
 			t.Fatalf("leader is %q, want %q", c.agents[0].Node().Status().LeaderID, target)
