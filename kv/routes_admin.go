@@ -2,7 +2,9 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -50,6 +52,10 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	if r.URL.Query().Has("verbose") {
+		s.writeVerboseReady(w, ctx)
+		return nil
+	}
 	if err := s.readiness(ctx); err != nil {
 		return err
 	}
@@ -60,32 +66,84 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 // readySecretWait bounds how long a readiness probe waits for the cluster secret.
 const readySecretWait = 100 * time.Millisecond
 
-// readiness returns nil when ready, or an ErrNotReady listing every failed condition.
-func (s *Server) readiness(ctx context.Context) error {
-	var problems []string
+// checkResult is one condition of /readyz: nil err when it holds.
+type checkResult struct {
+	name string
+	err  error
+}
+
+// readinessChecks evaluates every condition of /readyz, in a fixed order.
+func (s *Server) readinessChecks(ctx context.Context) []checkResult {
 	st := s.store.Status()
+	var out []checkResult
+	add := func(name string, err error) { out = append(out, checkResult{name, err}) }
 	if st.LeaderID == "" {
-		problems = append(problems, "no known leader")
+		add("leader", errors.New("no known leader"))
+	} else {
+		add("leader", nil)
 	}
 	if st.AppliedIndex < st.CommitIndex {
-		problems = append(problems, fmt.Sprintf("applied index %d is behind commit index %d",
-			st.AppliedIndex, st.CommitIndex))
+		add("applied", fmt.Errorf("applied index %d is behind commit index %d", st.AppliedIndex, st.CommitIndex))
+	} else {
+		add("applied", nil)
 	}
 	secretCtx, cancel := context.WithTimeout(ctx, readySecretWait)
 	defer cancel()
 	if _, err := s.tokenCodec(secretCtx); err != nil {
-		problems = append(problems, "cluster secret not yet applied")
+		add("cluster-secret", errors.New("cluster secret not yet applied"))
+	} else {
+		add("cluster-secret", nil)
 	}
 	s.ready.Lock()
 	checks := append([]readyCheck(nil), s.ready.checks...)
 	s.ready.Unlock()
 	for _, c := range checks {
-		if err := c.check(ctx); err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %v", c.name, err))
+		add(c.name, c.check(ctx))
+	}
+	return out
+}
+
+// readiness returns nil when ready, or an ErrNotReady listing every failed condition.
+func (s *Server) readiness(ctx context.Context) error {
+	var problems []string
+	for _, c := range s.readinessChecks(ctx) {
+		if c.err == nil {
+			continue
+		}
+		if c.name == "leader" || c.name == "applied" || c.name == "cluster-secret" {
+			problems = append(problems, c.err.Error())
+		} else {
+			problems = append(problems, fmt.Sprintf("%s: %v", c.name, c.err))
 		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrNotReady, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// writeVerboseReady answers /readyz?verbose like Kubernetes: one [+] or [-] line per
+// check, then the verdict; 200 when every check passes, else 503.
+func (s *Server) writeVerboseReady(w http.ResponseWriter, ctx context.Context) {
+	var b strings.Builder
+	ok := true
+	for _, c := range s.readinessChecks(ctx) {
+		if c.err == nil {
+			fmt.Fprintf(&b, "[+]%s ok\n", c.name)
+		} else {
+			ok = false
+			fmt.Fprintf(&b, "[-]%s failed: %v\n", c.name, c.err)
+		}
+	}
+	code := http.StatusOK
+	if ok {
+		b.WriteString("readyz check passed\n")
+	} else {
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+		b.WriteString("readyz check failed\n")
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	io.WriteString(w, b.String())
 }

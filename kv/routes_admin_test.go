@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,16 @@ func TestHealthAndReady(t *testing.T) {
 	e = ts.expectError(http.MethodGet, "/readyz", nil, 503, api.ReasonUnavailable)
 	if !strings.Contains(e.Message, "storage versions: not registered") {
 		t.Fatalf("readyz with failing check: %q", e.Message)
+	}
+
+	// ?verbose lists every check, Kubernetes style.
+	rec := httptest.NewRecorder()
+	ts.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz?verbose", nil))
+	body := rec.Body.String()
+	if rec.Code != 503 || !strings.Contains(body, "[+]leader ok") ||
+		!strings.Contains(body, "[-]storage versions failed: not registered") ||
+		!strings.HasSuffix(body, "readyz check failed\n") {
+		t.Fatalf("readyz?verbose: %d\n%s", rec.Code, body)
 	}
 }
 
