@@ -41,7 +41,8 @@ func newRootCmd() *cobra.Command {
 	pf.StringVarP(&global.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd())
-	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd())
+	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
+		newSnapshotCmd())
 	return root
 }
 

@@ -38,6 +38,8 @@ func (a *Agent) registerOperatorRoutes() {
 	a.server.Handle("GET /v1/agent/members", http.HandlerFunc(a.handleMembers))
 	a.server.Handle("DELETE /v1/agent/peers/{id}", http.HandlerFunc(a.handleRemovePeer))
 	a.server.Handle("POST /v1/agent/transfer-leader", http.HandlerFunc(a.handleTransferLeader))
+	a.server.Handle("GET /v1/agent/snapshot", http.HandlerFunc(a.handleSnapshotSave))
+	a.server.Handle("POST /v1/agent/snapshot", http.HandlerFunc(a.handleSnapshotRestore))
 	// /livez: the process is up and serving (Kubernetes' liveness probe); /readyz says
 	// whether it can serve the API.
 	a.server.Handle("GET /livez", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+)
+
+// maxSnapshotUpload bounds a restore upload.
+const maxSnapshotUpload = 8 << 30
+
+// handleSnapshotSave serves GET /v1/agent/snapshot: the state machine's snapshot as a
+// binary stream (application/octet-stream), reflecting every acknowledged write.
+func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
+	defer cancel()
+	// Check the read barrier first so that an error can still be a JSON answer.
+	if _, err := a.node.View(ctx, 0); err != nil {
+		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	idx, _, err := a.node.SaveSnapshot(ctx, w)
+	if err != nil {
+		a.log.Warn("snapshot save failed mid-stream", "error", err)
+		return
+	}
+	a.log.Info("snapshot saved", "index", idx)
+}
+
+// handleSnapshotRestore serves POST /v1/agent/snapshot: body = a snapshot saved by
+// GET; replaces the whole cluster's state. It spools the body to a file in the data
+// dir, checks it completely, then restores (leader only).
+func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
+	defer cancel()
+	f, err := os.CreateTemp(a.cfg.DataDir, "restore-*.snap")
+	if err != nil {
+		writeAgentError(w, http.StatusInternalServerError, "Internal", err.Error())
+		return
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	n, err := io.Copy(f, http.MaxBytesReader(w, r.Body, maxSnapshotUpload))
+	if err != nil {
+		writeAgentError(w, http.StatusBadRequest, "BadRequest", "reading the snapshot: "+err.Error())
+		return
+	}
+	err = a.node.RestoreSnapshot(ctx, f)
+	switch {
+	case errors.Is(err, fsm.ErrCorrupt), errors.Is(err, fsm.ErrUnknownFormat):
+		writeAgentError(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("not a keel snapshot (nothing changed): %v", err))
+	case err != nil:
+		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
+	default:
+		writeAgentJSON(w, http.StatusOK, map[string]string{"restored": strconv.FormatInt(n, 10) + " bytes"})
+	}
+}
