@@ -38,18 +38,37 @@ func (n *Node) BootstrapServers(servers []Member) error {
 	return nil
 }
 
+// PeerState is what a server reports of itself to the leader.
+type PeerState struct {
+	Applied   uint64 // applied index
+	Nonce     uint64 // random per process start
+	Recovered bool   // Raft state was on disk when the process opened it
+}
+
 // PeerAppliedIndex asks the node at raft address addr for its applied index; the
 // leader uses it to decide when a new server has caught up.
 func (n *Node) PeerAppliedIndex(ctx context.Context, addr string) (uint64, error) {
+	st, err := n.Peer(ctx, addr)
+	return st.Applied, err
+}
+
+// Peer asks the node at raft address addr for its state.
+func (n *Node) Peer(ctx context.Context, addr string) (PeerState, error) {
 	resp, err := n.pool.call(ctx, addr, rpcApplied, nil)
 	if err != nil {
-		return 0, err
+		return PeerState{}, err
 	}
-	idx, k := binary.Uvarint(resp)
-	if k <= 0 {
-		return 0, errors.New("raft rpc: bad applied index")
+	var st PeerState
+	var k1, k2 int
+	st.Applied, k1 = binary.Uvarint(resp)
+	if k1 > 0 {
+		st.Nonce, k2 = binary.Uvarint(resp[k1:])
 	}
-	return idx, nil
+	if k1 <= 0 || k2 <= 0 || len(resp) != k1+k2+1 {
+		return PeerState{}, errors.New("raft rpc: bad peer state")
+	}
+	st.Recovered = resp[k1+k2] == 1
+	return st, nil
 }
 
 // LastIndex is the index of the last entry in this node's log.

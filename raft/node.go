@@ -34,7 +34,8 @@ type Node struct {
 	mux   *mux
 	addr  string // advertised raft address
 
-	existing bool // raft state was on disk at Open
+	existing bool   // raft state was on disk at Open
+	nonce    uint64 // random per Open: tells a restarted process from the previous one
 
 	pool     rpcPool
 	rpcConns connSet
@@ -91,6 +92,9 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store), addr: advertise,
 		ctx: nctx, cancel: cancel}
 	n.verify.n = n
+	var nb [8]byte
+	rand.Read(nb[:])
+	n.nonce = binary.BigEndian.Uint64(nb[:]) | 1
 	n.members.Store(&[]Member{})
 	n.mux = newMux(ln, adv, n.serveRPC)
 	if err := n.start(ctx, dir); err != nil {

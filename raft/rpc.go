@@ -157,7 +157,14 @@ func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
 	case rpcTransfer:
 		return nil, n.TransferLeadership(ctx, string(body))
 	case rpcApplied:
-		return binary.AppendUvarint(nil, n.store.AppliedIndex()), nil
+		b := binary.AppendUvarint(nil, n.store.AppliedIndex())
+		b = binary.AppendUvarint(b, n.nonce)
+		if n.existing {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		return b, nil
 	}
 	return nil, fmt.Errorf("raft rpc: unknown request kind %d", kind)
 }

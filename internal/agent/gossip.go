@@ -42,9 +42,12 @@ type gossip struct {
 	ml      *membership.Membership
 	meta    membership.Meta
 	healthy map[string]time.Time // nonvoter ID → caught up since
-	ready   []string             // bootstrap set seen at the previous round
-	stop    context.CancelFunc
-	done    chan struct{}
+	// peers remembers, per server, the process it last saw and whether that process
+	// had data, so a server wiped and restarted under its old ID is recognized (wiped).
+	peers map[string]peerSeen
+	ready []string // bootstrap set seen at the previous round
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 func (a *Agent) startGossip(ctx context.Context) error {
@@ -63,7 +66,8 @@ func (a *Agent) startGossip(ctx context.Context) error {
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	g := &gossip{a: a, ml: ml, meta: meta, healthy: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
+	g := &gossip{a: a, ml: ml, meta: meta, healthy: map[string]time.Time{},
+		peers: map[string]peerSeen{}, stop: cancel, done: make(chan struct{})}
 	a.gossip = g
 	go g.loop(rctx)
 	return nil
@@ -142,6 +146,30 @@ func (g *gossip) maybeBootstrap(members []membership.Member) {
 	}
 }
 
+type peerSeen struct {
+	nonce    uint64
+	withData bool
+}
+
+// wiped reports whether server s is a new process that started without Raft state
+// although this leader saw an earlier process of it with data: it was wiped and
+// restarted under its old ID, and has forgotten its log and the votes it cast. (A
+// newly elected leader has no memory of earlier processes, so this is best effort.)
+func (g *gossip) wiped(ctx context.Context, s raft.Member) bool {
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := g.a.node.Peer(pctx, s.Address)
+	if err != nil {
+		return false
+	}
+	prev, known := g.peers[s.ID]
+	g.peers[s.ID] = peerSeen{nonce: st.Nonce, withData: st.Recovered || st.Applied > 0}
+	if known && prev.nonce != st.Nonce && prev.withData && !st.Recovered {
+		return true
+	}
+	return false
+}
+
 // autopilot reconciles the Raft configuration with gossip membership: alive servers
 // outside it join as non-voters, caught-up and stable non-voters become voters, and
 // servers dead past the threshold (or gone by a graceful leave) are removed, never
@@ -182,6 +210,24 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 		m, known := byID[s.ID]
 		if !known {
 			continue // not a gossip member (a node started without gossip): leave it alone
+		}
+		if m.Status == membership.StatusAlive && g.wiped(opCtx, s) {
+			// Unlike a dead server, a wiped one is removed even below MinQuorum: a voter
+			// that forgot its votes is a safety hazard, fewer voters an availability
+			// one; the next round adds it back as a non-voter, promoted once caught up.
+			if s.Suffrage == "Voter" && voters <= 1 {
+				continue
+			}
+			if err := node.RemoveServer(opCtx, s.ID); err != nil {
+				g.a.log.Warn("autopilot: remove wiped server", "id", s.ID, "error", err)
+				continue
+			}
+			if s.Suffrage == "Voter" {
+				voters--
+			}
+			delete(g.healthy, s.ID)
+			g.a.log.Info("autopilot: server restarted without its data; re-adding it as a non-voter", "id", s.ID)
+			continue
 		}
 		gone := m.Status == membership.StatusLeft ||
 			(m.Status == membership.StatusDead && now.Sub(m.LastChange) > ap.DeadServerThreshold)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -179,4 +180,58 @@ func TestGossipBootstrapExpectScaleAndReap(t *testing.T) {
 		t.Fatalf("voters %v: dead voter removed below the minimum quorum", v)
 	}
 	put("degraded")
+}
+
+func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
+	c := &gossipCluster{t: t, dir: t.TempDir()}
+	for range 3 {
+		c.add(3)
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.agents {
+			c.stop(i)
+		}
+	})
+	c.waitConfig("bootstrap-expect 3", 20*time.Second, func(v, nv []string) bool { return len(v) == 3 })
+	cli := (&testCluster{t: t, agents: []*Agent{c.agents[0]}}).client(0)
+	rev, err := cli.Put(context.Background(), "before-wipe", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wipe g3: same ID and addresses, empty data dir.
+	victim := 2
+	if c.agents[victim].Node().IsLeader() {
+		victim = 1
+	}
+	c.stop(victim)
+	if err := os.RemoveAll(c.cfgs[victim].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	c.start(victim)
+	id := c.cfgs[victim].NodeID
+	// It must be taken out as a voter, then come back as one once caught up.
+	sawNonVoter := false
+	c.waitConfig("wiped node back as voter", 30*time.Second, func(v, nv []string) bool {
+		for _, x := range nv {
+			sawNonVoter = sawNonVoter || x == id
+		}
+		in := false
+		for _, x := range v {
+			in = in || x == id
+		}
+		if !in {
+			sawNonVoter = true // removed: on its way back
+		}
+		return in && sawNonVoter
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for c.agents[victim].Store().View().Revision() < rev {
+		if time.Now().After(deadline) {
+			t.Fatalf("wiped node never caught up to revision %d", rev)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
