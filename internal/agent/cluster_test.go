@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func testConfig(t *testing.T, dir, id string) Config {
 	cfg.DataDir = filepath.Join(dir, id)
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Raft.BindAddr = freeAddr(t)
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.LevelFromString(os.Getenv("KEEL_TEST_LOG")), Output: testWriter{t}})
 	return cfg
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
@@ -45,9 +46,11 @@ type gossip struct {
 	// peers remembers, per server, the process it last saw and whether that process
 	// had data, so a server wiped and restarted under its old ID is recognized (wiped).
 	peers map[string]peerSeen
-	ready []string // bootstrap set seen at the previous round
-	stop  context.CancelFunc
-	done  chan struct{}
+	// wipedRemoved counts wiped servers this node removed as leader (tests read it).
+	wipedRemoved atomic.Int64
+	ready        []string // bootstrap set seen at the previous round
+	stop         context.CancelFunc
+	done         chan struct{}
 }
 
 func (a *Agent) startGossip(ctx context.Context) error {
@@ -226,6 +229,7 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 				voters--
 			}
 			delete(g.healthy, s.ID)
+			g.wipedRemoved.Add(1)
 			g.a.log.Info("autopilot: server restarted without its data; re-adding it as a non-voter", "id", s.ID)
 			continue
 		}

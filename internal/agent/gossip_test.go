@@ -201,7 +201,10 @@ func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wipe g3: same ID and addresses, empty data dir.
+	// Give the leader's reconciler a few rounds to see every server's process with data
+	// (it can only recognize a wiped server it has seen before), then wipe one: same ID
+	// and addresses, empty data dir.
+	time.Sleep(time.Second)
 	victim := 2
 	if c.agents[victim].Node().IsLeader() {
 		victim = 1
@@ -211,21 +214,24 @@ func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.start(victim)
+	// The leader must take it out as a voter (it forgot its votes), then bring it back
+	// as one once it has caught up.
 	id := c.cfgs[victim].NodeID
-	// It must be taken out as a voter, then come back as one once caught up.
-	sawNonVoter := false
-	c.waitConfig("wiped node back as voter", 30*time.Second, func(v, nv []string) bool {
-		for _, x := range nv {
-			sawNonVoter = sawNonVoter || x == id
+	removed := func() int64 {
+		n := int64(0)
+		for _, a := range c.agents {
+			if a != nil && a.gossip != nil {
+				n += a.gossip.wipedRemoved.Load()
+			}
 		}
+		return n
+	}
+	c.waitConfig("wiped node back as voter", 30*time.Second, func(v, nv []string) bool {
 		in := false
 		for _, x := range v {
 			in = in || x == id
 		}
-		if !in {
-			sawNonVoter = true // removed: on its way back
-		}
-		return in && sawNonVoter
+		return in && removed() > 0
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for c.agents[victim].Store().View().Revision() < rev {
