@@ -39,7 +39,11 @@ func testConfig(t *testing.T, dir, id string) Config {
 	cfg.DataDir = filepath.Join(dir, id)
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Raft.BindAddr = freeAddr(t)
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.LevelFromString(os.Getenv("KEEL_TEST_LOG")), Output: testWriter{t}})
+	level := hclog.Warn
+	if l := os.Getenv("KEEL_TEST_LOG"); l != "" { // e.g. KEEL_TEST_LOG=debug
+		level = hclog.LevelFromString(l)
+	}
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: level, Output: testWriter{t}})
 	return cfg
 }
 
