@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	hraft "github.com/hashicorp/raft"
 )
 
 // Errors of replication. A write that fails with ErrNoLeader or ErrNotLeader was not
@@ -20,6 +21,9 @@ var (
 	ErrNotLeader = errors.New("raft: not the leader")
 	ErrTimeout   = errors.New("raft: timed out, outcome unknown")
 	ErrShutdown  = errors.New("raft: node is shut down")
+	// ErrFormatNotAgreed: the command needs a log format some voter cannot apply yet
+	// (a node of an older release); nothing was proposed. Retry after the upgrade.
+	ErrFormatNotAgreed = errors.New("raft: command format not yet supported by every voter")
 )
 
 // Consistency is what a read promises.
@@ -62,6 +66,10 @@ type Config struct {
 	SnapshotThreshold  uint64 // log entries between snapshots
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64 // entries kept after a snapshot for slow followers
+
+	// wrapLogStore, when set (tests only), wraps the log store so a test can make it
+	// fail the way a full disk does.
+	wrapLogStore func(hraft.LogStore) hraft.LogStore
 }
 
 // DefaultConfig suits a small cluster on one LAN.

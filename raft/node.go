@@ -20,6 +20,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/raft/wal"
 )
 
 // Node is one replica: hashicorp/raft over the store, the raft port and keel's RPC.
@@ -29,7 +30,8 @@ type Node struct {
 	store *fsm.Store
 	fsm   *fsmAdapter
 	raft  *hraft.Raft
-	bolt  *raftboltdb.BoltStore
+	bolt  *raftboltdb.BoltStore // stable store (term, vote)
+	wal   *wal.Store            // the log
 	trans *hraft.NetworkTransport
 	mux   *mux
 	addr  string // advertised raft address
@@ -43,6 +45,10 @@ type Node struct {
 	lead    atomic.Pointer[leaderState] // non-nil while this node leads
 	verify  verifier
 	members atomic.Pointer[[]Member]
+	// formatLimit is the newest command format every voter can apply, as the embedding
+	// agent last learned from gossip (SetCommandFormatLimit); the leader proposes
+	// nothing newer.
+	formatLimit atomic.Uint32
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -92,6 +98,7 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store), addr: advertise,
 		ctx: nctx, cancel: cancel}
 	n.verify.n = n
+	n.formatLimit.Store(uint32(fsm.MaxCommandFormat))
 	var nb [8]byte
 	rand.Read(nb[:])
 	n.nonce = binary.BigEndian.Uint64(nb[:]) | 1
@@ -100,6 +107,9 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	if err := n.start(ctx, dir); err != nil {
 		n.mux.Close()
 		cancel()
+		if n.wal != nil {
+			n.wal.Close()
+		}
 		if n.bolt != nil {
 			n.bolt.Close()
 		}
@@ -115,7 +125,16 @@ func (n *Node) start(ctx context.Context, dir string) error {
 		return fmt.Errorf("raft: open log store: %w", err)
 	}
 	n.bolt = bolt
-	logs, err := hraft.NewLogCache(512, bolt)
+	w, err := openLogStore(dir, bolt, n.log)
+	if err != nil {
+		return fmt.Errorf("raft: open log: %w", err)
+	}
+	n.wal = w
+	var store hraft.LogStore = w
+	if cfg.wrapLogStore != nil {
+		store = cfg.wrapLogStore(w)
+	}
+	logs, err := hraft.NewLogCache(512, store)
 	if err != nil {
 		return err
 	}
@@ -123,8 +142,15 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("raft: snapshot store: %w", err)
 	}
+	// MaxRPCsInFlight 1 turns pipelined replication off. Pipelining deadlocks a
+	// follower's replication when the follower rejects an append (a full disk, say):
+	// the leader keeps sending heartbeats but never another entry, so the follower never
+	// catches up and never calls an election (hashicorp/raft#612; our disk-full chaos
+	// scenario hit it). hashicorp measured that pipelining adds little once batching is
+	// on, which it is here.
 	n.trans = hraft.NewNetworkTransportWithConfig(&hraft.NetworkTransportConfig{
 		Stream: streamLayer{n.mux}, MaxPool: 5, Timeout: 10 * time.Second, Logger: n.log.Named("transport"),
+		MaxRPCsInFlight: 1,
 	})
 	rc := hraft.DefaultConfig()
 	rc.LocalID = hraft.ServerID(cfg.NodeID)
@@ -183,10 +209,21 @@ func (n *Node) Raft() *hraft.Raft { return n.raft }
 // Store is the replicated state machine.
 func (n *Node) Store() *fsm.Store { return n.store }
 
+// SetCommandFormatLimit sets the newest command format (fsm.CommandFormatV*) that every
+// voter can apply; while this node leads it refuses newer ones with ErrFormatNotAgreed,
+// so a node of an older release never meets a log entry it cannot decode (like Consul's
+// ServersMeetMinimumVersion). It starts at fsm.MaxCommandFormat; the agent lowers it
+// from gossip metadata. Safe for concurrent use.
+func (n *Node) SetCommandFormatLimit(f byte) { n.formatLimit.Store(uint32(f)) }
+
+// CommandFormatLimit is the value SetCommandFormatLimit last set.
+func (n *Node) CommandFormatLimit() byte { return byte(n.formatLimit.Load()) }
+
 // Apply replicates cmd and returns the state machine's result. On a follower the
 // command is forwarded to the leader. Commands rejected before reaching the log
 // (ErrNoLeader, ErrNotLeader) are retried until ApplyTimeout; a failure whose outcome is
 // unknown returns ErrTimeout and is never retried, so a write is applied at most once.
+// A command in a format some voter cannot apply fails with ErrFormatNotAgreed.
 func (n *Node) Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
@@ -251,6 +288,9 @@ func (n *Node) pause(ctx context.Context, last error) error {
 func (n *Node) applyLocal(d data) ([]byte, error) {
 	if n.raft.State() != hraft.Leader {
 		return nil, ErrNotLeader
+	}
+	if len(d) > 0 && uint32(d[0]) > n.formatLimit.Load() {
+		return nil, fmt.Errorf("%w: format %d, every voter applies up to %d", ErrFormatNotAgreed, d[0], n.formatLimit.Load())
 	}
 	f := n.raft.Apply(d, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
@@ -514,8 +554,17 @@ func (n *Node) WaitForLeader(ctx context.Context) error {
 	}
 }
 
-// compactLoop reclaims compacted history in bounded steps, yielding between steps so
-// that writes are never held up for long.
+// compactStep and compactDuty pace the reclaiming of compacted history: steps of at
+// most compactStep versions (each holds the store's write lock for ~60 µs), separated
+// by nine times the step's own duration, so compaction takes at most a tenth of a
+// core and a write waits at most one short step.
+const (
+	compactStep = 256
+	compactDuty = 9
+)
+
+// compactLoop reclaims compacted history in bounded, paced steps so that writes are
+// never held up for long.
 func (n *Node) compactLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -527,10 +576,11 @@ func (n *Node) compactLoop() {
 		case <-tick.C:
 		}
 		for n.ctx.Err() == nil {
-			if _, more := n.store.CompactStep(1000); !more {
+			start := time.Now()
+			if _, more := n.store.CompactStep(compactStep); !more {
 				break
 			}
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(max(compactDuty*time.Since(start), 100*time.Microsecond))
 		}
 	}
 }
@@ -571,6 +621,9 @@ func (n *Node) shutdown() error {
 	n.trans.Close()
 	n.mux.Close()
 	n.wg.Wait()
+	if cerr := n.wal.Close(); err == nil {
+		err = cerr
+	}
 	if cerr := n.bolt.Close(); err == nil {
 		err = cerr
 	}

@@ -34,6 +34,7 @@ const (
 	errCodeTimeout
 	errCodeShutdown
 	errCodeOther
+	errCodeFormat // appended: codes are wire values shared with other releases
 )
 
 // maxFrame bounds a frame: a command is at most a few MiB (values ≤ 1.5 MiB by default,
@@ -81,6 +82,8 @@ func encodeErr(err error) []byte {
 		code = errCodeTimeout
 	case errors.Is(err, ErrShutdown):
 		code = errCodeShutdown
+	case errors.Is(err, ErrFormatNotAgreed):
+		code = errCodeFormat
 	}
 	return append([]byte{1, code}, err.Error()...)
 }
@@ -100,6 +103,8 @@ func decodeErr(b []byte) error {
 		sentinel = ErrTimeout
 	case errCodeShutdown:
 		sentinel = ErrShutdown
+	case errCodeFormat:
+		sentinel = ErrFormatNotAgreed
 	default:
 		return errors.New(msg)
 	}
