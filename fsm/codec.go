@@ -11,26 +11,50 @@ import (
 // from bytes that are damaged (ErrCorrupt). Decoders check every length against the
 // bytes left before allocating, so hostile input cannot make them panic or balloon.
 
-// CommandFormatV1 is the only command format so far; it is what EncodeCommand writes.
-// The range of formats a node can apply is reported in membership metadata, and a
-// new format is used only once every voter can apply it.
-const CommandFormatV1 byte = 1
+// Command formats. EncodeCommand writes the oldest format that can hold the command:
+// V1 unless some op carries an encoding tag, which needs V2 (V1 plus the tag after each
+// op). The range of formats a node can apply is reported in membership metadata, and
+// raft.Node refuses to propose a format that some voter cannot apply.
+const (
+	CommandFormatV1 byte = 1
+	CommandFormatV2 byte = 2
+)
 
 // MinCommandFormat and MaxCommandFormat bound the formats DecodeCommand accepts.
 const (
 	MinCommandFormat = CommandFormatV1
-	MaxCommandFormat = CommandFormatV1
+	MaxCommandFormat = CommandFormatV2
 )
 
-const resultFormatV1 byte = 1
+// commandFormat is the format EncodeCommand uses for cmd.
+func commandFormat(cmd *Command) byte {
+	if cmd.Type == CmdTxn && cmd.Txn != nil {
+		for _, ops := range [][]Op{cmd.Txn.Success, cmd.Txn.Failure} {
+			for _, op := range ops {
+				if op.Encoding != "" {
+					return CommandFormatV2
+				}
+			}
+		}
+	}
+	return CommandFormatV1
+}
+
+// Result formats: V2 adds each KeyValue's encoding tag; EncodeResult writes V1 unless a
+// KeyValue carries a tag, so a node of an older release can decode untagged results.
+const (
+	resultFormatV1 byte = 1
+	resultFormatV2 byte = 2
+)
 
 // EncodeCommand encodes cmd for the Raft log.
 func EncodeCommand(cmd *Command) ([]byte, error) {
 	if cmd == nil {
 		return nil, fmt.Errorf("%w: nil command", ErrInvalidCommand)
 	}
+	format := commandFormat(cmd)
 	b := make([]byte, 0, 64+cmdSizeHint(cmd))
-	b = append(b, CommandFormatV1, byte(cmd.Type))
+	b = append(b, format, byte(cmd.Type))
 	switch cmd.Type {
 	case CmdTxn:
 		if cmd.Txn == nil {
@@ -44,8 +68,8 @@ func EncodeCommand(cmd *Command) ([]byte, error) {
 			b = appendBytes(b, c.Value)
 			b = binary.AppendVarint(b, c.Int)
 		}
-		b = appendOps(b, t.Success)
-		b = appendOps(b, t.Failure)
+		b = appendOps(b, t.Success, format)
+		b = appendOps(b, t.Failure, format)
 	case CmdCompact:
 		b = binary.AppendVarint(b, cmd.Revision)
 	case CmdClusterMeta:
@@ -70,7 +94,7 @@ func cmdSizeHint(cmd *Command) int {
 	return n
 }
 
-func appendOps(b []byte, ops []Op) []byte {
+func appendOps(b []byte, ops []Op, format byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(ops)))
 	for _, op := range ops {
 		b = append(b, byte(op.Type))
@@ -84,6 +108,9 @@ func appendOps(b []byte, ops []Op) []byte {
 		}
 		b = appendBytes(b, op.Value)
 		b = binary.AppendVarint(b, op.Limit)
+		if format >= CommandFormatV2 {
+			b = appendBytes(b, []byte(op.Encoding))
+		}
 	}
 	return b
 }
@@ -116,8 +143,8 @@ func DecodeCommand(data []byte) (*Command, error) {
 			c.Value = d.bytes()
 			c.Int = d.varint()
 		}
-		t.Success = d.ops()
-		t.Failure = d.ops()
+		t.Success = d.ops(format)
+		t.Failure = d.ops(format)
 		cmd.Txn = t
 	case CmdCompact:
 		cmd.Revision = d.varint()
@@ -135,7 +162,7 @@ func DecodeCommand(data []byte) (*Command, error) {
 	return cmd, nil
 }
 
-func (d *decoder) ops() []Op {
+func (d *decoder) ops(format byte) []Op {
 	n := d.count(5)
 	if n == 0 {
 		return nil
@@ -157,6 +184,9 @@ func (d *decoder) ops() []Op {
 		}
 		op.Value = d.bytes()
 		op.Limit = d.varint()
+		if format >= CommandFormatV2 {
+			op.Encoding = string(d.bytes())
+		}
 	}
 	return ops
 }
@@ -208,8 +238,9 @@ func EncodeResult(r *Result) ([]byte, error) {
 	if r == nil {
 		return nil, errors.New("fsm: nil result")
 	}
+	format := resultFormat(r)
 	b := make([]byte, 0, 64)
-	b = append(b, resultFormatV1)
+	b = append(b, format)
 	b = binary.AppendVarint(b, r.Revision)
 	b = appendBool(b, r.Succeeded)
 	code := errorCode(r.Err)
@@ -223,22 +254,37 @@ func EncodeResult(r *Result) ([]byte, error) {
 		b = binary.AppendVarint(b, resp.Deleted)
 		b = appendBool(b, resp.PrevKV != nil)
 		if resp.PrevKV != nil {
-			b = appendKV(b, *resp.PrevKV)
+			b = appendKV(b, *resp.PrevKV, format)
 		}
 		b = binary.AppendUvarint(b, uint64(len(resp.KVs)))
 		for _, kv := range resp.KVs {
-			b = appendKV(b, kv)
+			b = appendKV(b, kv, format)
 		}
 		b = appendBool(b, resp.More)
 	}
 	return b, nil
 }
 
+func resultFormat(r *Result) byte {
+	for _, resp := range r.Responses {
+		if resp.PrevKV != nil && resp.PrevKV.Encoding != "" {
+			return resultFormatV2
+		}
+		for _, kv := range resp.KVs {
+			if kv.Encoding != "" {
+				return resultFormatV2
+			}
+		}
+	}
+	return resultFormatV1
+}
+
 // DecodeResult decodes bytes written by EncodeResult.
 func DecodeResult(data []byte) (*Result, error) {
 	d := decoder{b: data}
-	if f := d.byte(); d.err == nil && f != resultFormatV1 {
-		return nil, fmt.Errorf("%w: result format %d", ErrUnknownFormat, f)
+	format := d.byte()
+	if d.err == nil && format != resultFormatV1 && format != resultFormatV2 {
+		return nil, fmt.Errorf("%w: result format %d", ErrUnknownFormat, format)
 	}
 	r := &Result{Revision: d.varint(), Succeeded: d.bool()}
 	if code := d.byte(); code != codeNone && d.err == nil {
@@ -261,13 +307,13 @@ func DecodeResult(data []byte) (*Result, error) {
 		resp.Type = OpType(d.byte())
 		resp.Deleted = d.varint()
 		if d.bool() {
-			kv := d.kv()
+			kv := d.kv(format)
 			resp.PrevKV = &kv
 		}
 		if n := d.count(5); n > 0 {
 			resp.KVs = make([]KeyValue, n)
 			for j := range resp.KVs {
-				resp.KVs[j] = d.kv()
+				resp.KVs[j] = d.kv(format)
 			}
 		}
 		resp.More = d.bool()
@@ -290,12 +336,16 @@ func appendBool(b []byte, v bool) []byte {
 	return append(b, 0)
 }
 
-func appendKV(b []byte, kv KeyValue) []byte {
+func appendKV(b []byte, kv KeyValue, format byte) []byte {
 	b = appendBytes(b, kv.Key)
 	b = appendBytes(b, kv.Value)
 	b = binary.AppendVarint(b, kv.CreateRevision)
 	b = binary.AppendVarint(b, kv.ModRevision)
-	return binary.AppendVarint(b, kv.Version)
+	b = binary.AppendVarint(b, kv.Version)
+	if format >= resultFormatV2 {
+		b = appendBytes(b, []byte(kv.Encoding))
+	}
+	return b
 }
 
 // decoder reads the encodings above. The first problem sticks in err; later reads
@@ -385,9 +435,13 @@ func (d *decoder) bytes() []byte {
 	return p
 }
 
-func (d *decoder) kv() KeyValue {
-	return KeyValue{Key: d.bytes(), Value: d.bytes(), CreateRevision: d.varint(),
+func (d *decoder) kv(format byte) KeyValue {
+	kv := KeyValue{Key: d.bytes(), Value: d.bytes(), CreateRevision: d.varint(),
 		ModRevision: d.varint(), Version: d.varint()}
+	if format >= resultFormatV2 {
+		kv.Encoding = string(d.bytes())
+	}
+	return kv
 }
 
 func (d *decoder) finish() error {

@@ -14,19 +14,22 @@ import (
 	"github.com/google/btree"
 )
 
-// Snapshot stream layout (format 1):
+// Snapshot stream layout (format 2):
 //
 //	"KEELSNAP" format:byte
 //	revision:varint compactRev:varint applied:uvarint clusterID:bytes secret:bytes
-//	{ key:bytes(non-empty) n:uvarint { value:bytes create:varint mod:varint version:varint }×n }*
+//	{ key:bytes(non-empty) n:uvarint { value:bytes create:varint mod:varint version:varint encoding:bytes }×n }*
 //	0:uvarint (end of keys)  crc32c(everything before):4 bytes big-endian
 //
+// Format 1 (written by earlier releases, still restored) has no encoding per version:
+// its values are untagged.
 // Keys are in ascending order and each history newest first, so Restore rebuilds the
 // tree in one pass and checks the order as it goes.
 
 const (
 	snapshotMagic     = "KEELSNAP"
 	snapshotFormatV1  = byte(1)
+	snapshotFormatV2  = byte(2)
 	maxSnapshotKey    = 1 << 20  // far above the API's 4 KiB key limit
 	maxSnapshotValue  = 64 << 20 // far above the API's value limit
 	maxSnapshotSecret = 1 << 10
@@ -54,7 +57,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(io.MultiWriter(cw, crc), 256<<10)
 	var b []byte
 	b = append(b, snapshotMagic...)
-	b = append(b, snapshotFormatV1)
+	b = append(b, snapshotFormatV2)
 	b = binary.AppendVarint(b, sn.st.revision)
 	b = binary.AppendVarint(b, sn.st.compactRev)
 	b = binary.AppendUvarint(b, sn.st.applied)
@@ -76,6 +79,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			b = binary.AppendVarint(b, v.create)
 			b = binary.AppendVarint(b, v.mod)
 			b = binary.AppendVarint(b, v.version)
+			b = appendBytes(b, []byte(v.encoding))
 		}
 		_, werr = bw.Write(b)
 		return werr == nil
@@ -211,9 +215,10 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 	if sr.err != nil || string(head[:len(snapshotMagic)]) != snapshotMagic {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: bad magic", ErrCorrupt)
 	}
-	if f := head[len(snapshotMagic)]; f != snapshotFormatV1 {
-		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot format %d (this build reads %d)",
-			ErrUnknownFormat, f, snapshotFormatV1)
+	format := head[len(snapshotMagic)]
+	if format != snapshotFormatV1 && format != snapshotFormatV2 {
+		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot format %d (this build reads %d..%d)",
+			ErrUnknownFormat, format, snapshotFormatV1, snapshotFormatV2)
 	}
 	st := state{tree: btree.NewG(btreeDegree, entryLess)}
 	st.revision = sr.varint()
@@ -244,13 +249,16 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 		for i := uint64(0); i < n && sr.err == nil; i++ {
 			v := &version{value: sr.bytes(maxSnapshotValue, "value"), create: sr.varint(),
 				mod: sr.varint(), version: sr.varint()}
+			if format >= snapshotFormatV2 {
+				v.encoding = string(sr.bytes(MaxEncodingLen, "encoding"))
+			}
 			switch {
 			case sr.err != nil:
 			case v.mod <= 0 || v.mod > st.revision:
 				sr.fail("key %q: mod revision %d outside (0, %d]", key, v.mod, st.revision)
 			case len(versions) > 0 && v.mod >= versions[len(versions)-1].mod:
 				sr.fail("key %q: versions out of order", key)
-			case v.create < 0 || v.create > v.mod || (v.create == 0 && (v.version != 0 || v.value != nil)):
+			case v.create < 0 || v.create > v.mod || (v.create == 0 && (v.version != 0 || v.value != nil || v.encoding != "")):
 				sr.fail("key %q: bad version metadata", key)
 			}
 			versions = append(versions, v)
@@ -268,6 +276,12 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 			pending = append(pending, pendingKey{rev: last.mod, key: key})
 		}
 		st.tree.ReplaceOrInsert(&entry{key: key, hist: versions[0]})
+		if head := versions[0]; !head.tombstone() && head.encoding != "" {
+			if st.encodings == nil {
+				st.encodings = make(map[string]int64)
+			}
+			st.encodings[head.encoding]++
+		}
 	}
 	if sr.err != nil {
 		return state{}, compactQueue{}, sr.err

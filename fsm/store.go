@@ -16,11 +16,12 @@ const btreeDegree = 32
 // list of versions; lists are shared between the store and every view cloned from it,
 // so a version is never modified after it is linked in.
 type version struct {
-	value   []byte
-	create  int64 // CreateRevision; 0 marks a tombstone (the key was deleted at mod)
-	mod     int64
-	version int64
-	next    *version
+	value    []byte
+	encoding string // Op.Encoding of the put; "" for untagged values and tombstones
+	create   int64  // CreateRevision; 0 marks a tombstone (the key was deleted at mod)
+	mod      int64
+	version  int64
+	next     *version
 }
 
 func (v *version) tombstone() bool { return v.create == 0 }
@@ -42,6 +43,9 @@ type state struct {
 	applied    uint64
 	clusterID  string
 	secret     []byte
+	// encodings counts live keys per encoding tag (never zero entries). The map is
+	// immutable once published; countLocked copies it on the first change after.
+	encodings map[string]int64
 }
 
 // Store is keel's MVCC state machine: a copy-on-write B-tree of key histories with one
@@ -56,6 +60,8 @@ type Store struct {
 	pending compactQueue
 
 	view atomic.Pointer[View] // the latest published view
+
+	encOwned bool // cur.encodings is private to cur (not yet published); guarded by mu
 }
 
 // NewStore returns an empty store at revision 0.
@@ -70,6 +76,7 @@ func NewStore() *Store {
 func (s *Store) publishLocked() {
 	st := s.cur
 	st.tree = s.cur.tree.Clone()
+	s.encOwned = false
 	s.view.Store(&View{st: st})
 }
 

@@ -3,6 +3,8 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"unicode/utf8"
 )
 
 // txnLocked validates t, evaluates its compares against the latest state and runs the
@@ -33,13 +35,13 @@ func (s *Store) txnLocked(t *Txn) *Result {
 			if prev, live := s.liveLocked(op.Key); live {
 				r.PrevKV = &prev
 			}
-			s.writeLocked(op.Key, op.Value, rev, false)
+			s.writeLocked(op.Key, op.Value, op.Encoding, rev, false)
 			wrote = true
 		case OpDelete:
 			if prev, live := s.liveLocked(op.Key); live {
 				r.PrevKV = &prev
 				r.Deleted = 1
-				s.writeLocked(op.Key, nil, rev, true)
+				s.writeLocked(op.Key, nil, "", rev, true)
 				wrote = true
 			}
 		case OpDeleteRange:
@@ -51,7 +53,7 @@ func (s *Store) txnLocked(t *Txn) *Result {
 				return true
 			})
 			for _, k := range keys {
-				s.writeLocked(k, nil, rev, true)
+				s.writeLocked(k, nil, "", rev, true)
 			}
 			r.Deleted = int64(len(keys))
 			wrote = wrote || len(keys) > 0
@@ -117,6 +119,12 @@ func validateTxn(t *Txn) error {
 }
 
 func validateOp(op Op) error {
+	if op.Encoding != "" && op.Type != OpPut {
+		return fmt.Errorf("encoding tag on a non-put op")
+	}
+	if len(op.Encoding) > MaxEncodingLen || !utf8.ValidString(op.Encoding) {
+		return fmt.Errorf("encoding tag is not UTF-8 of at most %d bytes", MaxEncodingLen)
+	}
 	switch op.Type {
 	case OpPut, OpDelete:
 		if len(op.Key) == 0 {
@@ -199,11 +207,12 @@ func (s *Store) ascend(start, end []byte, fn func(*entry) bool) {
 	ascendTree(s.cur.tree, start, end, fn)
 }
 
-// writeLocked links a new version of key at rev: a value, or a tombstone when tomb is
-// set. Writes within one transaction apply in order (a second put of a key bumps its
+// writeLocked links a new version of key at rev: a value tagged enc, or a tombstone
+// when tomb is set. It keeps the per-encoding live-key counts: the live head it
+// replaces stops counting, the new live version starts. Writes within one transaction apply in order (a second put of a key bumps its
 // version again, as in etcd), but one revision keeps one version per key: a later write
 // of the same transaction replaces the earlier one's version.
-func (s *Store) writeLocked(key, value []byte, rev int64, tomb bool) {
+func (s *Store) writeLocked(key, value []byte, enc string, rev int64, tomb bool) {
 	e, found := s.cur.tree.Get(&entry{key: key})
 	var head, base *version // head: latest version; base: latest before this revision
 	if found {
@@ -216,10 +225,17 @@ func (s *Store) writeLocked(key, value []byte, rev int64, tomb bool) {
 		key = bytes.Clone(key)
 	}
 	headLive := head != nil && !head.tombstone()
+	if tomb && !headLive {
+		return
+	}
+	if headLive {
+		s.countLocked(head.encoding, -1)
+	}
+	if !tomb {
+		s.countLocked(enc, +1)
+	}
 	var nv *version
 	switch {
-	case tomb && !headLive:
-		return
 	case tomb && (base == nil || base.tombstone()):
 		// The key was created by this transaction: deleting it undoes that write.
 		if base == nil {
@@ -231,9 +247,9 @@ func (s *Store) writeLocked(key, value []byte, rev int64, tomb bool) {
 	case tomb:
 		nv = &version{mod: rev, next: base}
 	case headLive:
-		nv = &version{value: value, create: head.create, mod: rev, version: head.version + 1, next: base}
+		nv = &version{value: value, encoding: enc, create: head.create, mod: rev, version: head.version + 1, next: base}
 	default:
-		nv = &version{value: value, create: rev, mod: rev, version: 1, next: base}
+		nv = &version{value: value, encoding: enc, create: rev, mod: rev, version: 1, next: base}
 	}
 	if base != nil && head == base {
 		// base is superseded by rev: once rev is compacted, base can go.
@@ -243,5 +259,25 @@ func (s *Store) writeLocked(key, value []byte, rev int64, tomb bool) {
 }
 
 func (v *version) keyValue(key []byte) KeyValue {
-	return KeyValue{Key: key, Value: v.value, CreateRevision: v.create, ModRevision: v.mod, Version: v.version}
+	return KeyValue{Key: key, Value: v.value, CreateRevision: v.create, ModRevision: v.mod, Version: v.version, Encoding: v.encoding}
+}
+
+// countLocked adds delta to the live-key count of encoding tag enc ("" is not counted).
+// The published map is shared with views, so the first change after a publish copies it.
+func (s *Store) countLocked(enc string, delta int64) {
+	if enc == "" {
+		return
+	}
+	if !s.encOwned {
+		s.cur.encodings = maps.Clone(s.cur.encodings)
+		if s.cur.encodings == nil {
+			s.cur.encodings = make(map[string]int64)
+		}
+		s.encOwned = true
+	}
+	if n := s.cur.encodings[enc] + delta; n > 0 {
+		s.cur.encodings[enc] = n
+	} else {
+		delete(s.cur.encodings, enc)
+	}
 }

@@ -34,6 +34,8 @@ type KeyValue struct {
 	CreateRevision int64 // revision of the write that created this generation of the key
 	ModRevision    int64 // revision of the last write to the key
 	Version        int64 // writes to the key since creation (1 after create); 0 = absent
+	// Encoding is the tag the writer gave the value (Op.Encoding), "" when untagged.
+	Encoding string
 }
 
 // OpType is the kind of one operation inside a transaction.
@@ -53,7 +55,15 @@ type Op struct {
 	End   []byte // range end (exclusive) for OpDeleteRange and ranged OpGet; see PrefixEnd
 	Value []byte // OpPut only
 	Limit int64  // ranged OpGet only: at most Limit items, 0 = unlimited
+	// Encoding tags the value of an OpPut with the storage encoding it is written in
+	// (for resources, "group/resource/version"); "" leaves it untagged. The store counts
+	// live keys per tag (View.Encodings), so the set of encodings in use is known exactly
+	// at every revision. A tagged command needs CommandFormatV2.
+	Encoding string
 }
+
+// MaxEncodingLen bounds Op.Encoding.
+const MaxEncodingLen = 255
 
 // CompareTarget names what a Compare looks at.
 type CompareTarget uint8

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/fnv"
+	"maps"
 
 	"github.com/google/btree"
 )
@@ -129,9 +130,19 @@ func (v *View) Hash() uint64 {
 		b = binary.AppendVarint(b, e.hist.version)
 		h.Write(b)
 		h.Write(e.hist.value)
+		if e.hist.encoding != "" {
+			h.Write([]byte(e.hist.encoding))
+		}
 		return true
 	})
 	return h.Sum64()
+}
+
+// Encodings returns how many live keys carry each encoding tag at the view's revision
+// (see Op.Encoding); tags no live key carries are absent. The map is the caller's.
+// Counts are kept as writes apply, so this is O(number of tags), not a scan.
+func (v *View) Encodings() map[string]int64 {
+	return maps.Clone(v.st.encodings)
 }
 
 // ascendTree visits the entries of [start, end) in t; an empty end means no upper bound.
