@@ -16,7 +16,7 @@ build:
 
 # A one-node dev server with its data in a fresh temporary directory (printed at start).
 run: build
-	./$(BIN) agent -dev
+	./$(BIN) agent -dev -schema docs/examples/widgets-v2.yaml
 
 # Unit, cluster (real Raft over loopback TCP) and HTTP tests; about 5 minutes on 2 cores.
 test:

@@ -1,12 +1,14 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
 )
 
 // apply replicates cmd and folds the state machine's own error (Result.Err) into the
@@ -25,9 +27,35 @@ func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, erro
 	return res, nil
 }
 
-// applyTxn applies txn as one command.
+// applyTxn applies a transaction of the KV API as one command. Keys under
+// versions.SystemPrefix are keel's own records (StorageVersion, StorageState): the KV
+// API reads them but never writes them.
 func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
+	if err := checkSystemWrites(txn); err != nil {
+		return nil, err
+	}
 	return s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+}
+
+func checkSystemWrites(txn *fsm.Txn) error {
+	sys := []byte(versions.SystemPrefix)
+	sysEnd := fsm.PrefixEnd(sys)
+	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			hit := false
+			switch op.Type {
+			case fsm.OpPut, fsm.OpDelete:
+				hit = bytes.HasPrefix(op.Key, sys)
+			case fsm.OpDeleteRange:
+				hit = bytes.Compare(op.Key, sysEnd) < 0 && (len(op.End) == 0 || bytes.Compare(op.End, sys) > 0)
+			}
+			if hit {
+				return fmt.Errorf("%w: keys under %q are keel's own records and cannot be written through the KV API",
+					ErrInvalidKey, versions.SystemPrefix)
+			}
+		}
+	}
+	return nil
 }
 
 // viewAt returns a view that can answer reads at rev with consistency c. A read at an

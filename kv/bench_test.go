@@ -3,6 +3,7 @@ package kv
 import (
 	"bytes"
 	"fmt"
+	"github.com/keel-kv/keel/kv/api"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -31,13 +32,15 @@ func BenchmarkTokenDecode(b *testing.B) {
 	}
 }
 
-func BenchmarkListPage500(b *testing.B) { benchmarkListPage(b, 100_000, 500) }
+func BenchmarkListPage500(b *testing.B)       { benchmarkListPage(b, 100_000, 500, false) }
+func BenchmarkListPage500Binary(b *testing.B) { benchmarkListPage(b, 100_000, 500, true) }
 
 // benchmarkListPage serves pages of limit items of a keys-key prefix through the
-// handler (no network), walking the whole scan with continue tokens and starting over.
-func benchmarkListPage(b *testing.B, keys, limit int) {
+// handler (no network), walking the whole scan with continue tokens and starting over;
+// binary asks for api.ContentTypeBinaryList and decodes each page as a client would.
+func benchmarkListPage(b *testing.B, keys, limit int, binary bool) {
 	ts := newTestServer(b)
-	ts.putMany("bench/%07d", keys)
+	ts.putManyValues("bench/%07d", keys, 512)
 	h := ts.srv.Handler()
 	token := ""
 	b.ReportAllocs()
@@ -47,11 +50,23 @@ func benchmarkListPage(b *testing.B, keys, limit int) {
 			q.Set("continue", token)
 		}
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/kv/bench/?"+q.Encode(), nil))
+		req := httptest.NewRequest(http.MethodGet, "/v1/kv/bench/?"+q.Encode(), nil)
+		if binary {
+			req.Header.Set("Accept", api.ContentTypeBinaryList)
+		}
+		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
-		token = continueOf(rec.Body.Bytes())
+		if !binary {
+			token = continueOf(rec.Body.Bytes())
+			continue
+		}
+		page, err := api.DecodeBinaryList(rec.Body.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		token = page.Continue
 	}
 }
 

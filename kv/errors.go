@@ -9,6 +9,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
 )
 
 // Sentinel errors of the HTTP layer. Every one of them means nothing was changed.
@@ -54,7 +55,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusBadRequest, api.ReasonFutureRevision
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidParam),
 		errors.Is(err, ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand),
-		errors.Is(err, fsm.ErrTooManyOps):
+		errors.Is(err, fsm.ErrTooManyOps), errors.Is(err, versions.ErrBadObject),
+		errors.Is(err, versions.ErrConversion):
 		return http.StatusBadRequest, api.ReasonBadRequest
 	case errors.Is(err, fsm.ErrKeyNotFound), errors.Is(err, ErrNoRoute):
 		return http.StatusNotFound, api.ReasonNotFound
@@ -67,7 +69,9 @@ func classify(err error) (code int, reason string) {
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.ReasonTooLarge
 	case errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrNotLeader),
-		errors.Is(err, ErrNotReady):
+		errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
+		errors.Is(err, versions.ErrNotRegistered), errors.Is(err, versions.ErrNoCommonEncoding),
+		errors.Is(err, versions.ErrUndecodable):
 		return http.StatusServiceUnavailable, api.ReasonUnavailable
 	case errors.Is(err, raft.ErrShutdown):
 		return http.StatusServiceUnavailable, api.ReasonShuttingDown

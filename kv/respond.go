@@ -48,6 +48,7 @@ func (s *Server) routes() {
 	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.handleStatus})
 	s.route(api.PathHealth, map[string]handlerFunc{http.MethodGet: s.handleHealth})
 	s.route(api.PathReady, map[string]handlerFunc{http.MethodGet: s.handleReady})
+	s.apiRoutes()
 	s.mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return ErrNoRoute
 	}))

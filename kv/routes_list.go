@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
@@ -34,11 +37,51 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	kvs, rev, cont, err := s.scanPage(ctx, req)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(r.Header.Get("Accept"), api.ContentTypeBinaryList) {
+		writeBinaryList(w, kvs, rev, cont)
+		return nil
+	}
+	resp := api.ListResponse{Items: make([]api.KV, 0, len(kvs)), Revision: rev, Continue: cont}
+	for _, kv := range kvs {
+		resp.Items = append(resp.Items, toAPI(kv))
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// binListBufs recycles the buffers of binary list pages (a page is up to MaxListBytes).
+var binListBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// writeBinaryList answers a list page in api.ContentTypeBinaryList.
+func writeBinaryList(w http.ResponseWriter, kvs []fsm.KeyValue, rev int64, cont string) {
+	bp := binListBufs.Get().(*[]byte)
+	b := api.AppendBinaryListHeader((*bp)[:0], rev, cont, len(kvs))
+	for _, kv := range kvs {
+		b = api.AppendBinaryListItem(b, api.BinaryListItem{Key: kv.Key, Value: kv.Value,
+			CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version})
+	}
+	w.Header().Set("Content-Type", api.ContentTypeBinaryList)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	*bp = b
+	binListBufs.Put(bp)
+}
+
+// scanPage reads one page of req's scan: at most req.limit items (fewer if they would
+// exceed MaxListBytes) at the scan's revision, and the continue token for the next page
+// ("" at the end). The first page fixes the revision (the requested one or the latest);
+// a token carries it, so every page reads the same immutable revision on any node.
+func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyValue, rev int64, cont string, err error) {
 	from := req.start
 	if req.token != "" {
 		tok, err := s.decodeToken(ctx, req)
 		if err != nil {
-			return err
+			return nil, 0, "", err
 		}
 		from, req.rev = tok.Next, tok.Revision
 		if req.rev > 0 {
@@ -50,35 +93,30 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	}
 	view, err := s.viewAt(ctx, req.cons, req.rev)
 	if err != nil {
-		return err
+		return nil, 0, "", err
 	}
-	rev := req.rev
+	rev = req.rev
 	if rev == 0 {
 		rev = view.Revision()
 	}
 	kvs, next, err := view.Range(from, req.end, rev, req.limit)
 	if errors.Is(err, fsm.ErrCompacted) {
-		return s.expired(ctx, req, from, revisionError(view, rev, err))
+		return nil, 0, "", s.expired(ctx, req, from, revisionError(view, rev, err))
 	}
 	if err != nil {
-		return fmt.Errorf("list: %w", revisionError(view, rev, err))
+		return nil, 0, "", fmt.Errorf("list: %w", revisionError(view, rev, err))
 	}
-	resp := api.ListResponse{Items: make([]api.KV, 0, len(kvs)), Revision: rev}
 	if cut := s.fitPage(kvs); cut < len(kvs) {
 		kvs, next = kvs[:cut], kvs[cut].Key
-	}
-	for _, kv := range kvs {
-		resp.Items = append(resp.Items, toAPI(kv))
 	}
 	if next != nil {
 		codec, err := s.tokenCodec(ctx)
 		if err != nil {
-			return err
+			return nil, 0, "", err
 		}
-		resp.Continue = codec.encode(continueToken{Revision: rev, Next: next, Start: req.start, End: req.end})
+		cont = codec.encode(continueToken{Revision: rev, Next: next, Start: req.start, End: req.end})
 	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return kvs, rev, cont, nil
 }
 
 // parseList validates the parameters of a list request.

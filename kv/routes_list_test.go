@@ -3,10 +3,13 @@ package kv
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -350,5 +353,46 @@ func TestListWithoutSecret(t *testing.T) {
 	store.SetSecret(kvtest.Secret)
 	if p := ts.listPage("s/", url.Values{"limit": {"5"}}); p.Continue == "" {
 		t.Fatal("no token once the secret is known")
+	}
+}
+
+// TestListBinary: a list asked for in the binary encoding carries exactly the JSON
+// page: same items, revision and continue token; errors stay JSON.
+func TestListBinary(t *testing.T) {
+	ts := newTestServer(t)
+	ts.putMany("b/%04d", 30)
+	get := func(accept string, q string) (int, []byte, http.Header) {
+		req, _ := http.NewRequest(http.MethodGet, ts.url+api.PathKV+"b/?list=true&limit=7"+q, nil)
+		req.Header.Set("Accept", accept)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, resp.Header
+	}
+	code, jb, _ := get("application/json", "")
+	var want api.ListResponse
+	if code != 200 || json.Unmarshal(jb, &want) != nil {
+		t.Fatalf("json page: %d %s", code, jb)
+	}
+	code, bb, h := get(api.ContentTypeBinaryList, "")
+	if code != 200 || h.Get("Content-Type") != api.ContentTypeBinaryList {
+		t.Fatalf("binary page: %d %q", code, h.Get("Content-Type"))
+	}
+	got, err := api.DecodeBinaryList(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, &want) {
+		t.Fatalf("binary page %+v\n!= json page %+v", got, want)
+	}
+	if len(bb) >= len(jb) {
+		t.Errorf("binary page is %d bytes, JSON %d", len(bb), len(jb))
+	}
+	code, eb, h := get(api.ContentTypeBinaryList, "&continue=garbage")
+	if code != http.StatusBadRequest || h.Get("Content-Type") != "application/json" {
+		t.Fatalf("bad token in binary mode: %d %q %s", code, h.Get("Content-Type"), eb)
 	}
 }

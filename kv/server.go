@@ -26,6 +26,9 @@ type Server struct {
 	// changes afterwards, so it is loaded once and kept).
 	codec atomic.Pointer[tokenCodec]
 
+	// resources serves /apis; nil until SetResources (no schema: /apis is empty).
+	resources atomic.Pointer[Resources]
+
 	ready struct {
 		sync.Mutex
 		checks []readyCheck

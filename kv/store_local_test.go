@@ -111,19 +111,31 @@ func (ts *testServer) put(key, value string) int64 {
 
 // putMany writes keys fmt.Sprintf(format, i) for i in [0, n) with value "v<i>",
 // straight through the store, 128 per transaction.
-func (ts *testServer) putMany(format string, n int) {
+func (ts *testServer) putMany(format string, n int) { ts.putManyValues(format, n, 0) }
+
+// putManyValues is putMany with values of size bytes when size > 0 (as the scan
+// benchmark of bench/ loads them).
+func (ts *testServer) putManyValues(format string, n, size int) {
 	ts.t.Helper()
+	pad := bytes.Repeat([]byte{'x'}, size)
 	for i := 0; i < n; {
 		txn := &fsm.Txn{}
 		for ; i < n && len(txn.Success) < fsm.MaxTxnOps; i++ {
 			txn.Success = append(txn.Success, fsm.Op{Type: fsm.OpPut,
-				Key: []byte(fmt.Sprintf(format, i)), Value: []byte(fmt.Sprintf("v%d", i))})
+				Key: []byte(fmt.Sprintf(format, i)), Value: value(i, pad)})
 		}
 		res, err := ts.store.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
 		if err != nil || res.Err != nil {
 			ts.t.Fatalf("putMany: %v %v", err, res.Err)
 		}
 	}
+}
+
+func value(i int, pad []byte) []byte {
+	if len(pad) > 0 {
+		return pad
+	}
+	return []byte(fmt.Sprintf("v%d", i))
 }
 
 // revision is the store's current revision.

@@ -77,7 +77,7 @@ func Open(ctx context.Context, cfg Config, meta Meta) (*Membership, error) {
 		return nil, err
 	}
 	if meta.Incarnation == 0 {
-		meta.Incarnation = newIncarnation()
+		meta.Incarnation = NewIncarnation()
 	}
 	encoded, err := EncodeMeta(meta)
 	if err != nil {
@@ -137,8 +137,8 @@ func (c Config) prepareMeta(meta Meta) (Meta, error) {
 	return meta, nil
 }
 
-// newIncarnation returns a random non-zero number identifying this process's life.
-func newIncarnation() uint64 {
+// NewIncarnation returns a random non-zero number identifying this process's life.
+func NewIncarnation() uint64 {
 	var b [8]byte
 	for {
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)

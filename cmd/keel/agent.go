@@ -15,6 +15,7 @@ import (
 
 	"github.com/keel-kv/keel/internal/agent"
 	"github.com/keel-kv/keel/membership"
+	"github.com/keel-kv/keel/versions"
 )
 
 // gossipConfig builds the membership config from the flags: loopback timings on a
@@ -48,6 +49,7 @@ type agentFlags struct {
 	bootstrapExpect                                          int
 	maxValueBytes                                            int64
 	shutdownTimeout                                          time.Duration
+	schema                                                   string
 }
 
 func newAgentCmd() *cobra.Command {
@@ -87,6 +89,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
+	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis")
 	return cmd
 }
 
@@ -114,6 +117,13 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		cfg.BootstrapExpect = f.bootstrapExpect
 	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
+	if f.schema != "" {
+		s, err := versions.LoadSchema(f.schema)
+		if err != nil {
+			return err
+		}
+		cfg.Schema = s
+	}
 	if f.dev && cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "keel-dev-")
 		if err != nil {

@@ -42,7 +42,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd())
+		newSnapshotCmd(), newVersionsCmd(), newUpgradeCmd(), newVersionCmd())
 	return root
 }
 

@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
 )
 
 // Agent is one running keel node. It owns the raft node, the HTTP server and the
@@ -27,6 +30,12 @@ type Agent struct {
 	server *kv.Server
 	ln     net.Listener
 	gossip *gossip // nil when gossip is off
+	// versions is the storage-version manager; nil without a schema.
+	versions *versions.Manager
+	// versionsMetrics is versions for the metrics collector, which may scrape before
+	// startVersions has run.
+	versionsMetrics atomic.Pointer[versions.Manager]
+	incarnation     uint64 // random per start; in gossip metadata and StorageVersion entries
 
 	stopMetrics func()
 	left        chan struct{}
@@ -79,6 +88,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1),
 		left: make(chan struct{})}
+	a.incarnation = membership.NewIncarnation()
+	if cfg.MaxCommandFormat > 0 {
+		// Simulates a node of an older release: it announces only the formats it applies.
+		node.SetCommandFormatLimit(byte(cfg.MaxCommandFormat))
+	}
 	a.registerOperatorRoutes()
 	if err := a.enableMetrics(); err != nil {
 		ln.Close()
@@ -92,6 +106,10 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 			node.Close(ctx)
 			return nil, fmt.Errorf("gossip: %w", err)
 		}
+	}
+	if err := a.startVersions(ctx); err != nil {
+		a.Close(ctx)
+		return nil, fmt.Errorf("storage versions: %w", err)
 	}
 	log.Info("keel agent started", "http", ln.Addr().String(), "raft", rcfg.BindAddr, "data_dir", cfg.DataDir)
 	return a, nil
@@ -133,6 +151,9 @@ func (a *Agent) Close(ctx context.Context) error {
 		a.stopMetrics()
 	}
 	var errs []error
+	if a.versions != nil {
+		a.versions.Close()
+	}
 	if a.gossip != nil {
 		if err := a.gossip.close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close gossip: %w", err))

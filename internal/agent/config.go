@@ -15,6 +15,7 @@ import (
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
 )
 
 // Config is one node's configuration: where its data lives, what it listens on, and how
@@ -35,6 +36,14 @@ type Config struct {
 	// with the same expectation are seen and none has Raft state.
 	BootstrapExpect int
 	Autopilot       AutopilotConfig
+
+	// Schema declares the node's resources (-schema); nil serves no /apis resources.
+	Schema *versions.Schema
+	// Versions tunes the storage-version loops; NodeID, Schema, Store are filled in.
+	Versions versions.Config
+	// MaxCommandFormat, when > 0, makes the node announce (and propose) no command
+	// format newer than this: what a node of an older release does. For upgrade tests.
+	MaxCommandFormat int
 }
 
 // DefaultConfig returns a config for a node on loopback with the default ports.
@@ -44,6 +53,7 @@ func DefaultConfig() Config {
 		Raft:      raft.DefaultConfig(),
 		KV:        kv.DefaultConfig(),
 		Autopilot: DefaultAutopilotConfig(),
+		Versions:  versions.DefaultConfig(),
 	}
 }
 

@@ -63,11 +63,17 @@ func (a *Agent) startGossip(ctx context.Context) error {
 		NodeID: a.cfg.NodeID, RaftAddr: a.node.Addr(), HTTPAddr: a.HTTPAddr(), Release: buildinfo.Version(),
 		MinCommandFormat: int(fsm.MinCommandFormat), MaxCommandFormat: int(fsm.MaxCommandFormat),
 		ClusterLabel: gcfg.ClusterLabel, BootstrapExpect: a.cfg.BootstrapExpect, HasRaftState: a.node.HasState(),
+		Incarnation: a.incarnation, StorageVersions: gossipStorageVersions(a.cfg.Schema),
+	}
+	if a.cfg.MaxCommandFormat > 0 {
+		meta.MaxCommandFormat = a.cfg.MaxCommandFormat
 	}
 	ml, err := membership.Open(ctx, gcfg, meta)
 	if err != nil {
 		return err
 	}
+	// Until gossip shows what every voter applies, propose only the oldest format.
+	a.node.SetCommandFormatLimit(fsm.MinCommandFormat)
 	rctx, cancel := context.WithCancel(context.Background())
 	g := &gossip{a: a, ml: ml, meta: meta, healthy: map[string]time.Time{},
 		peers: map[string]peerSeen{}, stop: cancel, done: make(chan struct{})}
@@ -107,6 +113,7 @@ func (g *gossip) round(ctx context.Context) {
 		}
 	}
 	members := g.ml.Members()
+	g.updateFormatLimit(members)
 	if !g.meta.HasRaftState && g.a.cfg.BootstrapExpect > 0 {
 		g.maybeBootstrap(members)
 		return

@@ -241,3 +241,42 @@ func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestGossipLabelsNeverMerge: two clusters with different labels, the second told to
+// join the first's gossip address, stay two clusters: each node bootstraps alone and
+// neither sees the other in gossip or in its Raft configuration.
+func TestGossipLabelsNeverMerge(t *testing.T) {
+	dir := t.TempDir()
+	a := newGossipConfig(t, dir, "east", 1)
+	a.Gossip.ClusterLabel, a.Gossip.RetryJoin, a.Autopilot.MinQuorum = "east", false, 1
+	b := newGossipConfig(t, dir, "west", 1)
+	b.Gossip.ClusterLabel, b.Gossip.Join, b.Autopilot.MinQuorum = "west", []string{a.Gossip.BindAddr}, 1
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	agA, err := Start(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agA.Close(context.Background())
+	agB, err := Start(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agB.Close(context.Background())
+	deadline := time.Now().Add(15 * time.Second)
+	for !agA.Node().IsLeader() || !agB.Node().IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("each node should bootstrap its own cluster")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // gossip rounds in which a merge would show
+	for _, ag := range []*Agent{agA, agB} {
+		if ms := ag.Members(); len(ms) != 1 {
+			t.Errorf("%s sees %d gossip members, want 1", ag.NodeID(), len(ms))
+		}
+		if ms := ag.Node().Status().Members; len(ms) != 1 || ms[0].ID != ag.NodeID() {
+			t.Errorf("%s raft configuration %+v, want itself only", ag.NodeID(), ms)
+		}
+	}
+}

@@ -15,7 +15,8 @@ import (
 // process collectors, and hashicorp/raft's and memberlist's go-metrics bridged in.
 func (a *Agent) enableMetrics() error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versionsCollector{a})
 	if err := a.server.EnableMetrics(reg); err != nil {
 		return err
 	}

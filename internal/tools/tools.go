@@ -15,5 +15,5 @@ import (
 	_ "github.com/schollz/progressbar/v3"
 	_ "github.com/spf13/cobra"
 	_ "go.etcd.io/bbolt"
-	_ "gopkg.in/yaml.v3"
+	_ "go.yaml.in/yaml/v3"
 )

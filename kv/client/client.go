@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // Options configures a Client. The zero value is usable: every zero field takes the
@@ -110,7 +112,8 @@ type call struct {
 	query  url.Values
 	body   []byte
 	ctype  string
-	write  bool // changes state: retried only when known not applied
+	accept string // Accept header; api.ContentTypeBinaryList for binary list pages
+	write  bool   // changes state: retried only when known not applied
 }
 
 // do sends c, retrying what is safe to retry, and decodes a 2xx JSON answer into out.
@@ -147,6 +150,9 @@ func (c *Client) attempt(ctx context.Context, base string, cl call, out any) (ti
 	if cl.ctype != "" {
 		req.Header.Set("Content-Type", cl.ctype)
 	}
+	if cl.accept != "" {
+		req.Header.Set("Accept", cl.accept)
+	}
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("client: %s %s: %w", cl.method, cl.path, err)
@@ -159,12 +165,45 @@ func (c *Client) attempt(ctx context.Context, base string, cl call, out any) (ti
 		if out == nil {
 			return 0, nil
 		}
+		if lr, ok := out.(*api.ListResponse); ok && resp.Header.Get("Content-Type") == api.ContentTypeBinaryList {
+			return 0, decodeBinaryList(resp, lr, cl)
+		}
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 			return 0, fmt.Errorf("client: %s %s: decode answer: %w: %w", cl.method, cl.path, errBrokenResponse, err)
 		}
 		return 0, nil
 	}
 	return retryAfterOf(resp), readError(resp)
+}
+
+// maxBinaryList bounds a binary list page read into memory (the server caps pages far
+// below it).
+const maxBinaryList = 1 << 30
+
+func decodeBinaryList(resp *http.Response, out *api.ListResponse, cl call) error {
+	b, err := readAllSized(resp, maxBinaryList)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: read answer: %w", cl.method, cl.path, err)
+	}
+	lr, err := api.DecodeBinaryList(b)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: decode answer: %w: %w", cl.method, cl.path, errBrokenResponse, err)
+	}
+	*out = *lr
+	return nil
+}
+
+// readAllSized reads resp's body (at most max bytes) into one buffer sized by
+// Content-Length when the server sent it, so a large page is not copied as it grows.
+func readAllSized(resp *http.Response, max int64) ([]byte, error) {
+	if n := resp.ContentLength; n > 0 && n <= max {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, max))
 }
 
 // readError turns a failed response into an *Error, even when a proxy answered with

@@ -41,7 +41,8 @@ func (c *Client) List(ctx context.Context, prefix string, opts ListOptions) (*ap
 		q.Set(api.ParamConsistency, api.ConsistencySerializable)
 	}
 	var resp api.ListResponse
-	if err := c.do(ctx, call{method: http.MethodGet, path: keyPath(prefix), query: q}, &resp); err != nil {
+	cl := call{method: http.MethodGet, path: keyPath(prefix), query: q, accept: api.ContentTypeBinaryList}
+	if err := c.do(ctx, cl, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil

@@ -1,0 +1,388 @@
+package kv
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/versions"
+)
+
+// Resources is what the resource API needs from the node's storage-version manager;
+// *versions.Manager satisfies it.
+type Resources interface {
+	Schema() *versions.Schema
+	// WriteEncoding is the version writes to resource must be stored in, or why
+	// writes must wait (versions.ErrNotRegistered, ErrNoCommonEncoding, ErrUndecodable).
+	WriteEncoding(resource string) (string, error)
+	// ReadCheck fails when stored objects of resource cannot be decoded here.
+	ReadCheck(resource string) error
+}
+
+var _ Resources = (*versions.Manager)(nil)
+
+// SetResources turns on the resource API (/apis) over res. Call before serving.
+func (s *Server) SetResources(res Resources) { s.resources.Store(&res) }
+
+// PathAPIs is the root of the resource API.
+const PathAPIs = "/apis"
+
+// namePattern is a DNS subdomain, as Kubernetes names objects.
+var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+func (s *Server) apiRoutes() {
+	s.route(PathAPIs, map[string]handlerFunc{http.MethodGet: s.handleDiscovery})
+	s.route(PathAPIs+"/{group}/{version}/{resource}", map[string]handlerFunc{http.MethodGet: s.handleObjectList})
+	s.route(PathAPIs+"/{group}/{version}/{resource}/{name}", map[string]handlerFunc{
+		http.MethodGet:    s.handleObjectGet,
+		http.MethodPut:    s.handleObjectPut,
+		http.MethodDelete: s.handleObjectDelete,
+	})
+}
+
+// resourceReq is a validated resource request: which resource, in which version.
+type resourceReq struct {
+	res     Resources
+	r       *versions.Resource
+	version string
+	name    string
+}
+
+func (q resourceReq) key() []byte        { return []byte(q.r.Prefix + q.name) }
+func (q resourceReq) apiVersion() string { return q.r.Group + "/" + q.version }
+
+func (s *Server) resourceRequest(r *http.Request, named bool) (resourceReq, error) {
+	p := s.resources.Load()
+	if p == nil {
+		return resourceReq{}, fmt.Errorf("%w: no schema is loaded (start the agent with -schema FILE)", ErrNoRoute)
+	}
+	q := resourceReq{res: *p, version: r.PathValue("version"), name: r.PathValue("name")}
+	group, name := r.PathValue("group"), r.PathValue("resource")
+	q.r = q.res.Schema().Lookup(group, name)
+	if q.r == nil {
+		return q, fmt.Errorf("%w: no resource %s/%s in this node's schema", ErrNoRoute, group, name)
+	}
+	if !slices.Contains(q.r.Served(), q.version) {
+		return q, fmt.Errorf("%w: resource %s is not served in version %q here (served: %v)",
+			ErrNoRoute, q.r.Key(), q.version, q.r.Served())
+	}
+	if named && !namePattern.MatchString(q.name) {
+		return q, fmt.Errorf("%w: name %q: want a DNS subdomain (lowercase letters, digits, '-', '.')",
+			ErrInvalidKey, q.name)
+	}
+	return q, nil
+}
+
+// handleDiscovery serves GET /apis: every resource with its versions and, as in
+// KEP-2339's discovery document, a hash of the version this node stores it in (equal
+// hashes on every node = the cluster agrees).
+func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request) error {
+	p := s.resources.Load()
+	if p == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"resources": []any{}})
+		return nil
+	}
+	type version struct {
+		Name   string `json:"name"`
+		Served bool   `json:"served"`
+	}
+	type resource struct {
+		Group              string    `json:"group"`
+		Name               string    `json:"name"`
+		Prefix             string    `json:"prefix"`
+		Versions           []version `json:"versions"`
+		PreferredVersion   string    `json:"preferredVersion"`
+		StorageVersion     string    `json:"storageVersion,omitempty"`
+		StorageVersionHash string    `json:"storageVersionHash,omitempty"`
+		WritesBlocked      string    `json:"writesBlocked,omitempty"`
+	}
+	var out []resource
+	for _, rs := range (*p).Schema().Resources {
+		d := resource{Group: rs.Group, Name: rs.Name, Prefix: rs.Prefix, PreferredVersion: rs.Preferred}
+		for _, v := range rs.Versions {
+			d.Versions = append(d.Versions, version{v.Name, v.Served})
+		}
+		if enc, err := (*p).WriteEncoding(rs.Key()); err == nil {
+			d.StorageVersion = enc
+			sum := sha256.Sum256([]byte(versions.EncodingTag(rs.Key(), enc)))
+			d.StorageVersionHash = base64.StdEncoding.EncodeToString(sum[:8])
+		} else {
+			d.WritesBlocked = err.Error()
+		}
+		out = append(out, d)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"resources": out})
+	return nil
+}
+
+// present decodes a stored object and converts it to the requested version, with
+// metadata.revision set to its mod revision.
+func present(q resourceReq, kv fsm.KeyValue) (map[string]any, error) {
+	from := q.r.StoredVersion(kv)
+	if !q.r.HasVersion(from) {
+		return nil, fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode",
+			versions.ErrUndecodable, q.r.Key(), bytes.TrimPrefix(kv.Key, []byte(q.r.Prefix)), from)
+	}
+	obj, err := decodeObject(kv.Value)
+	if err != nil {
+		return nil, fmt.Errorf("stored object %q: %w", kv.Key, err)
+	}
+	out, _, err := q.r.Convert(obj, from, q.version)
+	if err != nil {
+		return nil, err
+	}
+	meta, _ := out["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		out["metadata"] = meta
+	}
+	meta["revision"] = kv.ModRevision
+	return out, nil
+}
+
+func decodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("%w: %v", versions.ErrBadObject, err)
+	}
+	if obj == nil {
+		return nil, fmt.Errorf("%w: not a JSON object", versions.ErrBadObject)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the object", versions.ErrBadObject)
+	}
+	return obj, nil
+}
+
+func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
+	q, err := s.resourceRequest(r, true)
+	if err != nil {
+		return err
+	}
+	p, err := parseParams(r, "consistency")
+	if err != nil {
+		return err
+	}
+	cons, err := p.consistency()
+	if err != nil {
+		return err
+	}
+	if err := q.res.ReadCheck(q.r.Key()); err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	view, err := s.viewAt(ctx, cons, 0)
+	if err != nil {
+		return err
+	}
+	kv, err := view.Get(q.key(), 0)
+	if errors.Is(err, fsm.ErrKeyNotFound) {
+		return fmt.Errorf("%s %q: %w", q.r.Key(), q.name, err)
+	}
+	if err != nil {
+		return err
+	}
+	obj, err := present(q, kv)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, obj)
+	return nil
+}
+
+// handleObjectPut serves PUT /apis/{group}/{version}/{resource}/{name}: create or
+// replace the object. A metadata.revision > 0 makes it a compare-and-swap (409 when the
+// object changed since). The object is converted to this node's effective encoding
+// version before it is stored; the response is what was stored, in the request's
+// version.
+func (s *Server) handleObjectPut(w http.ResponseWriter, r *http.Request) error {
+	q, err := s.resourceRequest(r, true)
+	if err != nil {
+		return err
+	}
+	if _, err := parseParams(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, s.cfg.MaxValueBytes, "object")
+	if err != nil {
+		return err
+	}
+	obj, rev, err := validateObject(q, body)
+	if err != nil {
+		return err
+	}
+	enc, err := q.res.WriteEncoding(q.r.Key())
+	if err != nil {
+		return err
+	}
+	stored, _, err := q.r.Convert(obj, q.version, enc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	}
+	value, err := json.Marshal(stored)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidBody, err)
+	}
+	if err := s.lim.checkValue(len(value)); err != nil {
+		return err
+	}
+	key := q.key()
+	res, err := s.applyObject(r, q, "put", rev,
+		fsm.Op{Type: fsm.OpPut, Key: key, Value: value, Encoding: versions.EncodingTag(q.r.Key(), enc)},
+		fsm.Op{Type: fsm.OpGet, Key: key})
+	if err != nil {
+		return err
+	}
+	out, err := present(q, res.Responses[1].KVs[0])
+	if err != nil {
+		return err
+	}
+	code := http.StatusOK
+	if res.Responses[0].PrevKV == nil {
+		code = http.StatusCreated
+	}
+	writeJSON(w, code, out)
+	return nil
+}
+
+// validateObject checks a PUT body: a JSON object whose apiVersion (if set) is the
+// path's, whose metadata.name (if set) is the path's name, and whose metadata.revision
+// (if set) is a non-negative integer. It returns the object without metadata.revision.
+func validateObject(q resourceReq, body []byte) (map[string]any, int64, error) {
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	}
+	if av, ok := obj["apiVersion"]; ok && av != q.apiVersion() {
+		return nil, 0, fmt.Errorf("%w: apiVersion %v does not match the path's %s", ErrInvalidBody, av, q.apiVersion())
+	}
+	obj["apiVersion"] = q.apiVersion()
+	meta := map[string]any{}
+	if m, ok := obj["metadata"]; ok {
+		if meta, ok = m.(map[string]any); !ok {
+			return nil, 0, fmt.Errorf("%w: metadata is not an object", ErrInvalidBody)
+		}
+	}
+	if n, ok := meta["name"]; ok && n != q.name {
+		return nil, 0, fmt.Errorf("%w: metadata.name %v does not match the path's name %q", ErrInvalidBody, n, q.name)
+	}
+	meta["name"] = q.name
+	var rev int64
+	if rv, ok := meta["revision"]; ok {
+		n, isNum := rv.(json.Number)
+		v, err := strconv.ParseInt(string(n), 10, 64)
+		if !isNum || err != nil || v < 0 {
+			return nil, 0, fmt.Errorf("%w: metadata.revision %v is not a non-negative integer", ErrInvalidBody, rv)
+		}
+		rev = v
+		delete(meta, "revision")
+	}
+	obj["metadata"] = meta
+	return obj, rev, nil
+}
+
+// applyObject applies ops to q's object as one transaction, guarded by the object's
+// mod revision when rev > 0 (a stale rev is ErrConflict).
+func (s *Server) applyObject(r *http.Request, q resourceReq, what string, rev int64, ops ...fsm.Op) (*fsm.Result, error) {
+	txn := &fsm.Txn{Success: ops}
+	if rev > 0 {
+		guardModRevision(txn, string(q.key()), rev)
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s %q: %w", what, q.r.Key(), q.name, err)
+	}
+	if !res.Succeeded {
+		return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
+			ErrConflict, q.r.Key(), q.name, rev)
+	}
+	return res, nil
+}
+
+// handleObjectDelete serves DELETE .../{name}; ?revision=N makes it conditional.
+func (s *Server) handleObjectDelete(w http.ResponseWriter, r *http.Request) error {
+	q, err := s.resourceRequest(r, true)
+	if err != nil {
+		return err
+	}
+	p, err := parseParams(r, "revision")
+	if err != nil {
+		return err
+	}
+	rev, err := p.int64("revision", 1, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := q.res.WriteEncoding(q.r.Key()); errors.Is(err, versions.ErrNotRegistered) {
+		return err
+	}
+	res, err := s.applyObject(r, q, "delete", rev, fsm.Op{Type: fsm.OpDelete, Key: q.key()})
+	if err != nil {
+		return err
+	}
+	if res.Responses[0].Deleted == 0 {
+		return fmt.Errorf("%s %q: %w", q.r.Key(), q.name, fsm.ErrKeyNotFound)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"revision": res.Revision})
+	return nil
+}
+
+// handleObjectList serves GET /apis/{group}/{version}/{resource}?limit=&continue=: a
+// page of objects at one revision, converted to the requested version, with a continue
+// token that any node accepts (the KV list's tokens and guarantees).
+func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error {
+	q, err := s.resourceRequest(r, false)
+	if err != nil {
+		return err
+	}
+	p, err := parseParams(r, "limit", "continue", "consistency")
+	if err != nil {
+		return err
+	}
+	if err := q.res.ReadCheck(q.r.Key()); err != nil {
+		return err
+	}
+	prefix := []byte(q.r.Prefix)
+	req := listRequest{start: prefix, end: fsm.PrefixEnd(prefix), token: p.q.Get("continue")}
+	limit, err := p.int64("limit", 1, int64(s.cfg.DefaultListLimit))
+	if err != nil {
+		return err
+	}
+	req.limit = int(min(limit, int64(s.cfg.MaxListLimit)))
+	if req.cons, err = p.consistency(); err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	kvs, rev, cont, err := s.scanPage(ctx, req)
+	if err != nil {
+		return err
+	}
+	items := make([]map[string]any, 0, len(kvs))
+	for _, kv := range kvs {
+		obj, err := present(q, kv)
+		if err != nil {
+			return err
+		}
+		items = append(items, obj)
+	}
+	meta := map[string]any{"revision": rev}
+	if cont != "" {
+		meta["continue"] = cont
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"apiVersion": q.apiVersion(), "kind": "List", "metadata": meta, "items": items})
+	return nil
+}
