@@ -194,7 +194,13 @@ func (d *keelDriver) do(req *http.Request, out any) error {
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	var body []byte
+	if n := resp.ContentLength; n > 0 && n < 1<<30 {
+		body = make([]byte, n) // one buffer for a large list page instead of growing copies
+		_, err = io.ReadFull(resp.Body, body)
+	} else {
+		body, err = io.ReadAll(resp.Body)
+	}
 	if err != nil {
 		return err
 	}
@@ -209,6 +215,14 @@ func (d *keelDriver) do(req *http.Request, out any) error {
 		return fmt.Errorf("%s %s: HTTP %d: %.200s", req.Method, req.URL.Path, resp.StatusCode, body)
 	}
 	if out == nil {
+		return nil
+	}
+	if lr, ok := out.(*api.ListResponse); ok && resp.Header.Get("Content-Type") == api.ContentTypeBinaryList {
+		page, err := api.DecodeBinaryList(body)
+		if err != nil {
+			return err
+		}
+		*lr = *page
 		return nil
 	}
 	return json.Unmarshal(body, out)
@@ -261,7 +275,9 @@ func (d *keelDriver) PutBatch(ctx context.Context, node, worker int, keys []stri
 }
 
 // Scan lists the prefix page by page with ?list=true&limit=N&continue=T; every page
-// after the first is pinned to the first page's revision by the continue token.
+// after the first is pinned to the first page's revision by the continue token. Pages
+// come in keel's binary list encoding (as the Go client asks for them), the analogue of
+// etcd's protobuf: every item, key, value and revision is still decoded.
 func (d *keelDriver) Scan(ctx context.Context, node int, prefix string, limit int) (int, int, error) {
 	keys, pages := 0, 0
 	token := ""
@@ -276,6 +292,7 @@ func (d *keelDriver) Scan(ctx context.Context, node int, prefix string, limit in
 		if err != nil {
 			return keys, pages, err
 		}
+		req.Header.Set("Accept", api.ContentTypeBinaryList)
 		var out api.ListResponse
 		if err := d.do(req, &out); err != nil {
 			return keys, pages, err

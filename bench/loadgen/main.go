@@ -82,6 +82,7 @@ func compareCmd(args []string) error {
 	fs.IntVar(&cfg.compactVersions, "compact-versions", cfg.compactVersions, "superseded versions removed by the compaction")
 	fs.IntVar(&cfg.memKeys, "mem-keys", cfg.memKeys, "keys loaded before measuring RSS and the join")
 	fs.DurationVar(&cfg.compactWindow, "compact-window", cfg.compactWindow, "minimum measured time during compaction")
+	fs.StringVar(&cfg.only, "only", "", "run only these workloads (comma-separated: writes,reads,mixed,scans,compaction,memory); default all")
 	fs.Parse(args)
 	if *work == "" || *out == "" {
 		return errors.New("compare: -work and -out are required")

@@ -27,6 +27,7 @@ type suiteConfig struct {
 	scanLimits             []int
 	scanBudget             time.Duration // per page size
 	scanMaxRuns            int
+	only                   string // -only: comma-separated workloads; "" = all
 
 	compactKeys, compactVersions int // superseded versions = compactVersions
 	compactClients               int
@@ -80,6 +81,19 @@ func randomBytes(n int) []byte {
 
 func wkey(n int64) string { return fmt.Sprintf("w%07d", n%10_000_000) }
 
+// wants says whether workload name is selected by -only (every one when it is empty).
+func (s *suite) wants(name string) bool {
+	if s.cfg.only == "" {
+		return true
+	}
+	for _, w := range strings.Split(s.cfg.only, ",") {
+		if strings.TrimSpace(w) == name {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *suite) note(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	log.Printf("[%s] %s", s.res.System, msg)
@@ -115,13 +129,22 @@ func (s *suite) run(ctx context.Context) {
 			s.fail("leader", err)
 			return
 		}
-		s.writes(ctx, cl.Driver(), lead)
-		s.reads(ctx, cl.Driver(), lead)
-		s.mixed(ctx, cl.Driver())
-		s.scans(ctx, cl.Driver(), lead)
-		s.compaction(ctx, cl.Driver(), lead)
+		for _, w := range []struct {
+			name string
+			run  func()
+		}{
+			{"writes", func() { s.writes(ctx, cl.Driver(), lead) }},
+			{"reads", func() { s.reads(ctx, cl.Driver(), lead) }},
+			{"mixed", func() { s.mixed(ctx, cl.Driver()) }},
+			{"scans", func() { s.scans(ctx, cl.Driver(), lead) }},
+			{"compaction", func() { s.compaction(ctx, cl.Driver(), lead) }},
+		} {
+			if s.wants(w.name) {
+				w.run()
+			}
+		}
 	}()
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || !s.wants("memory") {
 		return
 	}
 	func() {
