@@ -155,15 +155,18 @@ func (a *Agent) Close(ctx context.Context) error {
 		a.versions.Close()
 	}
 	if a.gossip != nil {
-		if err := a.gossip.close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close gossip: %w", err))
-		}
+		a.gossip.stopLoop()
 	}
 	if err := a.server.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
 	}
 	if err := a.node.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close raft: %w", err))
+	}
+	if a.gossip != nil {
+		if err := a.gossip.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close gossip: %w", err))
+		}
 	}
 	a.log.Info("keel agent stopped")
 	return errors.Join(errs...)

@@ -82,9 +82,17 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	return nil
 }
 
-func (g *gossip) close(ctx context.Context) error {
+// stopLoop ends bootstrapping and the autopilot rounds; gossip itself keeps running.
+func (g *gossip) stopLoop() {
 	g.stop()
 	<-g.done
+}
+
+// close stops gossip. Call it after Raft has shut down: until then peers must see this
+// node alive, or a slow shutdown counts against the dead-server threshold and the
+// leader may reap a server that is only restarting.
+func (g *gossip) close(ctx context.Context) error {
+	g.stopLoop()
 	return g.ml.Close(ctx)
 }
 

@@ -112,6 +112,54 @@ func (c *gossipCluster) waitConfig(what string, d time.Duration, ok func(voters,
 	}
 }
 
+// waitHealthy waits until the leader sees exactly n voters, each alive in gossip and
+// caught up, continuously for hold: what an operator checks with `keel members`
+// before taking the next server down. (A server that is still restarting is not
+// healthy yet; taking two more down then would be taking three of five.)
+func (c *gossipCluster) waitHealthy(what string, n int, hold, d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	var since time.Time
+	var last []MemberInfo
+	for {
+		var leader *Agent
+		for _, a := range c.agents {
+			if a != nil && a.Node().IsLeader() {
+				leader = a
+			}
+		}
+		healthy := false
+		if leader != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			last = leader.MembersInfo(ctx)
+			cancel()
+			voters := 0
+			healthy = true
+			for _, m := range last {
+				if m.Suffrage != "Voter" {
+					continue
+				}
+				voters++
+				healthy = healthy && m.Gossip == "alive" && m.AppliedIdx > 0 && m.TrailingBy <= 64
+			}
+			healthy = healthy && voters == n
+		}
+		switch {
+		case !healthy:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= hold:
+			c.t.Logf("%s: healthy, %d voters", what, n)
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: not healthy with %d voters after %v: %+v", what, n, d, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestGossipBootstrapExpectScaleAndReap(t *testing.T) {
 	c := &gossipCluster{t: t, dir: t.TempDir()}
 	for range 3 {
@@ -155,14 +203,20 @@ func TestGossipBootstrapExpectScaleAndReap(t *testing.T) {
 	c.waitConfig("scale to 5", 30*time.Second, func(v, nv []string) bool { return len(v) == 5 })
 	put("scaled")
 
-	// Restart of every node keeps the cluster (no second bootstrap).
+	// Restart of every node keeps the cluster (no second bootstrap): all down at once,
+	// then all back in random order.
 	for i := range c.agents {
 		c.stop(i)
+	}
+	for _, i := range rand.Perm(len(c.agents)) {
 		c.start(i)
 	}
 	c.waitConfig("restart all", 30*time.Second, func(v, nv []string) bool { return len(v) == 5 })
+	put("restarted")
 
-	// Kill two nodes: each is reaped after the dead-server threshold → 3 voters.
+	// Kill two nodes once all five are healthy: each is reaped after the dead-server
+	// threshold → 3 voters.
+	c.waitHealthy("before the kill", 5, 3*time.Second, 30*time.Second)
 	c.stop(3)
 	c.stop(4)
 	c.waitConfig("reap two dead", 30*time.Second, func(v, nv []string) bool { return len(v) == 3 })
