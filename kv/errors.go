@@ -84,20 +84,28 @@ func classify(err error) (code int, reason string) {
 
 // writeError answers err as an api.Error with the status classify picks.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	body := errorBody(err, r.Method != http.MethodGet)
+	switch body.Code {
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
+	case http.StatusInternalServerError:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	writeJSON(w, body.Code, body)
+}
+
+// errorBody is the api.Error answering err; write says whether the request could
+// have changed state (then a 503/504 says the outcome is unknown).
+func errorBody(err error, write bool) api.Error {
 	code, reason := classify(err)
 	body := api.Error{Code: code, Reason: reason, Message: err.Error()}
 	var expired *expiredError
 	if errors.As(err, &expired) {
 		body.Continue = expired.cont
 	}
-	switch code {
-	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
-		if reason != api.ReasonUnavailable && r.Method != http.MethodGet {
-			body.Message += "; the outcome of the write is unknown: it may or may not be applied"
-		}
-	case http.StatusInternalServerError:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	if (code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout) &&
+		reason != api.ReasonUnavailable && write {
+		body.Message += "; the outcome of the write is unknown: it may or may not be applied"
 	}
-	writeJSON(w, code, body)
+	return body
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
 // EnableMetrics counts requests and measures their latency by route pattern, method
 // and status into reg (keel_http_requests_total, keel_http_request_duration_seconds).
 // Call it before Serve.
@@ -17,13 +19,23 @@ func (s *Server) EnableMetrics(reg prometheus.Registerer) error {
 	}, []string{"route", "method", "code"})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "keel_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		Buckets: latencyBuckets,
 	}, []string{"route", "method"})
-	for _, c := range []prometheus.Collector{requests, latency} {
+	sm := &streamMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_stream_requests_total", Help: "Stream-protocol requests by op and status code.",
+		}, []string{"op", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "keel_stream_request_duration_seconds", Help: "Stream-protocol request latency by op.",
+			Buckets: latencyBuckets,
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{requests, latency, sm.requests, sm.latency} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
 	}
+	s.streamMetrics = sm
 	next := s.handler
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()

@@ -43,6 +43,7 @@ func (s *Server) routes() {
 		http.MethodPut:    s.handlePut,
 		http.MethodDelete: s.handleDelete,
 	})
+	s.route(api.PathStream, map[string]handlerFunc{http.MethodGet: s.handleStream})
 	s.route(api.PathTxn, map[string]handlerFunc{http.MethodPost: s.handleTxn})
 	s.route(api.PathCompact, map[string]handlerFunc{http.MethodPost: s.handleCompact})
 	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.handleStatus})

@@ -1,12 +1,14 @@
 package kv
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
 )
 
 // handleGet serves GET /v1/kv/{key...}: one key, or a list page with ?list=true.
@@ -43,16 +45,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	view, err := s.viewAt(ctx, cons, rev)
+	kv, rev, err := s.getKey(ctx, key, rev, cons)
 	if err != nil {
 		return err
-	}
-	if rev == 0 {
-		rev = view.Revision()
-	}
-	kv, err := view.Get([]byte(key), rev)
-	if err != nil {
-		return fmt.Errorf("get %q: %w", key, revisionError(view, rev, err))
 	}
 	if raw {
 		writeRaw(w, kv, rev)
@@ -93,20 +88,13 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: value}}}
-	if prev >= 0 {
-		guardModRevision(txn, key, prev)
-	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.applyTxn(ctx, txn)
+	rev, err := s.putKey(ctx, key, value, prev)
 	if err != nil {
-		return fmt.Errorf("put %q: %w", key, err)
+		return err
 	}
-	if !res.Succeeded {
-		return conflictError(key, prev, res)
-	}
-	writeJSON(w, http.StatusOK, api.PutResponse{Revision: res.Revision})
+	writeJSON(w, http.StatusOK, api.PutResponse{Revision: rev})
 	return nil
 }
 
@@ -132,6 +120,54 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 	if prefix && prev > 0 {
 		return fmt.Errorf("%w: prev_revision cannot be combined with prefix=true", ErrInvalidParam)
 	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	resp, err := s.deleteKey(ctx, key, prefix, prev)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// The single-key operations below are shared by the HTTP routes and the stream
+// protocol; the key has been checked against the limits.
+
+// getKey reads key at rev (0 = latest) and returns it with the revision read.
+func (s *Server) getKey(ctx context.Context, key string, rev int64, cons raft.Consistency) (fsm.KeyValue, int64, error) {
+	view, err := s.viewAt(ctx, cons, rev)
+	if err != nil {
+		return fsm.KeyValue{}, 0, err
+	}
+	if rev == 0 {
+		rev = view.Revision()
+	}
+	kv, err := view.Get([]byte(key), rev)
+	if err != nil {
+		return fsm.KeyValue{}, 0, fmt.Errorf("get %q: %w", key, revisionError(view, rev, err))
+	}
+	return kv, rev, nil
+}
+
+// putKey writes key = value, only if the key's mod revision is prev when prev >= 0.
+func (s *Server) putKey(ctx context.Context, key string, value []byte, prev int64) (int64, error) {
+	txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: value}}}
+	if prev >= 0 {
+		guardModRevision(txn, key, prev)
+	}
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return 0, fmt.Errorf("put %q: %w", key, err)
+	}
+	if !res.Succeeded {
+		return 0, conflictError(key, prev, res)
+	}
+	return res.Revision, nil
+}
+
+// deleteKey deletes key (every key with that prefix when prefix), only if its mod
+// revision is prev when prev > 0.
+func (s *Server) deleteKey(ctx context.Context, key string, prefix bool, prev int64) (api.DeleteResponse, error) {
 	op := fsm.Op{Type: fsm.OpDelete, Key: []byte(key)}
 	if prefix {
 		op = fsm.Op{Type: fsm.OpDeleteRange, Key: []byte(key), End: fsm.PrefixEnd([]byte(key))}
@@ -140,21 +176,18 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 	if prev > 0 {
 		guardModRevision(txn, key, prev)
 	}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
 	res, err := s.applyTxn(ctx, txn)
 	if err != nil {
-		return fmt.Errorf("delete %q: %w", key, err)
+		return api.DeleteResponse{}, fmt.Errorf("delete %q: %w", key, err)
 	}
 	if !res.Succeeded {
-		return conflictError(key, prev, res)
+		return api.DeleteResponse{}, conflictError(key, prev, res)
 	}
 	resp := api.DeleteResponse{Revision: res.Revision}
 	if len(res.Responses) > 0 {
 		resp.Deleted = res.Responses[0].Deleted
 	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return resp, nil
 }
 
 // guardModRevision makes txn run only if key's mod revision is prev (0 = absent); on

@@ -39,6 +39,16 @@ type Server struct {
 		srv    *http.Server
 		closed bool
 	}
+
+	// streams are the upgraded stream-protocol connections (stream.go), which the
+	// HTTP server no longer tracks.
+	streams struct {
+		sync.Mutex
+		conns  map[*streamConn]struct{}
+		closed bool
+		wg     sync.WaitGroup // one per registered connection
+	}
+	streamMetrics *streamMetrics
 }
 
 // readyCheck is an extra condition of /readyz added by the node that embeds the server.
@@ -114,9 +124,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	srv := s.http.srv
 	s.http.Unlock()
 	if srv == nil {
+		s.closeStreams(ctx)
 		return nil
 	}
 	err := srv.Shutdown(ctx)
+	if serr := s.closeStreams(ctx); err == nil {
+		err = serr
+	}
 	if err != nil {
 		srv.Close()
 		return fmt.Errorf("kv: shutdown: %w", err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
 )
 
 // keelCluster runs bin/keel: node k0 bootstraps, k1 and k2 join through it. Default
@@ -28,10 +29,11 @@ type keelCluster struct {
 	procs             []*proc
 	drv               *keelDriver
 	pprof             bool
+	protocol          string // "stream" or "http": how single-key requests travel
 }
 
-func newKeelCluster(bin, dir, pidFile string, pprof bool) *keelCluster {
-	return &keelCluster{bin: bin, dir: dir, pidFile: pidFile, pprof: pprof}
+func newKeelCluster(bin, dir, pidFile string, pprof bool, protocol string) *keelCluster {
+	return &keelCluster{bin: bin, dir: dir, pidFile: pidFile, pprof: pprof, protocol: protocol}
 }
 
 func (c *keelCluster) PprofURL(i int) string {
@@ -77,6 +79,11 @@ func (c *keelCluster) Start(ctx context.Context) error {
 	c.drv = newKeelDriver()
 	for i := 0; i < 4; i++ {
 		c.drv.bases = append(c.drv.bases, "http://"+c.httpAddr(i))
+	}
+	if c.protocol == "stream" {
+		if err := c.drv.useStream(); err != nil {
+			return err
+		}
 	}
 	if err := c.startNode(0, "-bootstrap"); err != nil {
 		return err
@@ -163,12 +170,36 @@ func (c *keelCluster) Stop() {
 	}
 }
 
-// keelDriver speaks keel's HTTP/1.1 JSON API with keep-alive connections: one
-// connection per concurrent worker, as any HTTP client pool does.
+// keelDriver speaks keel's HTTP/1.1 JSON API with keep-alive connections (one
+// connection per concurrent worker, as any HTTP client pool does), and, for single-key
+// reads and writes with -keel-protocol stream (the default), the stream protocol
+// through keel's Go client: one connection per member carries every worker's
+// requests, as etcd's gRPC connections do.
 type keelDriver struct {
-	bases []string
-	hc    *http.Client
-	tr    *http.Transport
+	bases   []string
+	hc      *http.Client
+	tr      *http.Transport
+	streams []*client.Client // per member, nil without the stream protocol
+}
+
+// useStream connects the per-member stream clients (they dial on first use).
+func (d *keelDriver) useStream() error {
+	for _, b := range d.bases {
+		c, err := client.New([]string{b}, client.Options{Stream: true, MaxRetries: -1})
+		if err != nil {
+			return err
+		}
+		d.streams = append(d.streams, c)
+	}
+	return nil
+}
+
+// streamErr maps the client's errors onto the driver's (404 → errNotFound).
+func streamErr(err error) error {
+	if client.IsNotFound(err) {
+		return errNotFound
+	}
+	return err
 }
 
 func newKeelDriver() *keelDriver {
@@ -229,6 +260,10 @@ func (d *keelDriver) do(req *http.Request, out any) error {
 }
 
 func (d *keelDriver) Put(ctx context.Context, node, worker int, key string, val []byte) error {
+	if d.streams != nil {
+		_, err := d.streams[node].Put(ctx, key, val)
+		return streamErr(err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, d.keyURL(node, key), bytes.NewReader(val))
 	if err != nil {
 		return err
@@ -238,6 +273,14 @@ func (d *keelDriver) Put(ctx context.Context, node, worker int, key string, val 
 }
 
 func (d *keelDriver) Get(ctx context.Context, node, worker int, key string, serializable bool) error {
+	if d.streams != nil {
+		var opts []client.GetOption
+		if serializable {
+			opts = append(opts, client.WithSerializable())
+		}
+		_, err := d.streams[node].Get(ctx, key, opts...)
+		return streamErr(err)
+	}
 	u := d.keyURL(node, key)
 	if serializable {
 		u += "?" + api.ParamConsistency + "=" + api.ConsistencySerializable
@@ -357,4 +400,9 @@ func (d *keelDriver) getCode(ctx context.Context, node int, path string) (int, e
 	return resp.StatusCode, nil
 }
 
-func (d *keelDriver) Close() { d.tr.CloseIdleConnections() }
+func (d *keelDriver) Close() {
+	d.tr.CloseIdleConnections()
+	for _, c := range d.streams {
+		c.Close()
+	}
+}

@@ -72,6 +72,7 @@ func compareCmd(args []string) error {
 	out := fs.String("out", "", "results dir (required)")
 	pidFile := fs.String("pids", "", "append each started server's PID to this file")
 	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member")
+	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream or http")
 	profileDir := fs.String("profile-dir", "", "capture CPU profiles of the leader and a follower during the main runs "+
 		"(keel needs -keel-bin pointing at keelprof; etcd gets --enable-pprof)")
 	cfg := defaultSuiteConfig()
@@ -103,9 +104,12 @@ func compareCmd(args []string) error {
 				return newEtcdCluster(*etcdBin, filepath.Join(*work, "etcd-"+sub), *pidFile, *conns, *profileDir != "")
 			}
 		case "keel":
-			version = firstLine(*keelBin, "version")
+			if *keelProto != "stream" && *keelProto != "http" {
+				return fmt.Errorf("-keel-protocol %q: want stream or http", *keelProto)
+			}
+			version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
 			newCl = func(sub string) Cluster {
-				return newKeelCluster(*keelBin, filepath.Join(*work, "keel-"+sub), *pidFile, *profileDir != "")
+				return newKeelCluster(*keelBin, filepath.Join(*work, "keel-"+sub), *pidFile, *profileDir != "", *keelProto)
 			}
 		default:
 			return fmt.Errorf("unknown system %q", sys)

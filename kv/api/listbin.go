@@ -96,15 +96,35 @@ func DecodeBinaryList(data []byte) (*ListResponse, error) {
 	return resp, nil
 }
 
+// binDecoder reads the fields of a binary list or stream frame; the first failure
+// sticks in err, wrapping bad (ErrBadBinaryList when nil).
 type binDecoder struct {
 	b   []byte
 	err error
+	bad error
 }
 
 func (d *binDecoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrBadBinaryList, fmt.Sprintf(format, args...))
+		bad := d.bad
+		if bad == nil {
+			bad = ErrBadBinaryList
+		}
+		d.err = fmt.Errorf("%w: %s", bad, fmt.Sprintf(format, args...))
 	}
+}
+
+func (d *binDecoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("truncated before %s", what)
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
 }
 
 func (d *binDecoder) uvarint(what string) uint64 {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,12 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between retries
 	// (defaults 25ms and 1s).
 	MinBackoff, MaxBackoff time.Duration
+	// Stream sends single-key Get, Put and Delete (CAS included) over the stream
+	// protocol: one binary connection per node with many requests in flight, much
+	// cheaper per request than HTTP for both sides. Lists, transactions and the rest
+	// stay on HTTP, and so does everything for a node that does not offer the protocol
+	// (an older release) or an https address. Call Close when done with the client.
+	Stream bool
 }
 
 func (o Options) withDefaults() Options {
@@ -83,6 +90,9 @@ type Client struct {
 	addrs []string // base URLs: scheme://host:port
 	opts  Options
 	cur   atomic.Uint32 // index of the node to try first
+
+	streamsMu sync.Mutex
+	streams   map[string]*streamNode // by base URL, when Options.Stream
 }
 
 // New returns a client for the nodes at addrs ("host:port" or "http(s)://host:port").
@@ -91,7 +101,7 @@ func New(addrs []string, opts Options) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("client: no addresses")
 	}
-	c := &Client{opts: opts.withDefaults()}
+	c := &Client{opts: opts.withDefaults(), streams: map[string]*streamNode{}}
 	for _, a := range addrs {
 		if !strings.Contains(a, "://") {
 			a = "http://" + a

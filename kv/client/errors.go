@@ -67,7 +67,8 @@ func IsRetriable(err error) bool {
 	}
 	var netErr net.Error
 	return errors.As(err, &netErr) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errBrokenResponse)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errBrokenResponse) ||
+		errors.Is(err, errStreamLost) || notSent(err)
 }
 
 // errBrokenResponse marks a response that ended before its body could be read.
@@ -76,6 +77,10 @@ var errBrokenResponse = errors.New("client: broken response")
 // notSent reports whether a transport error proves the request never reached a
 // server: the connection could not be made.
 func notSent(err error) bool {
+	var ns *notSentError
+	if errors.As(err, &ns) {
+		return true
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true

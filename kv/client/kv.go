@@ -34,9 +34,29 @@ func (c *Client) put(ctx context.Context, key string, value []byte, q url.Values
 		value = []byte{}
 	}
 	var resp api.PutResponse
-	err := c.do(ctx, call{method: http.MethodPut, path: keyPath(key), query: q, body: value,
-		ctype: "application/octet-stream", write: true}, &resp)
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodPut, path: keyPath(key), query: q, body: value,
+			ctype: "application/octet-stream", write: true}, &resp)
+	}
+	if !c.opts.Stream {
+		return resp.Revision, overHTTP()
+	}
+	req := api.StreamRequest{Op: api.StreamPut, Key: []byte(key), Value: value}
+	req.PrevRevision, req.HasPrev = queryInt(q, api.ParamPrevRevision)
+	sr, err := c.doStream(ctx, req, overHTTP)
+	if sr != nil {
+		resp.Revision = sr.Revision
+	}
 	return resp.Revision, err
+}
+
+// queryInt reads an integer parameter the options of this package set.
+func queryInt(q url.Values, name string) (int64, bool) {
+	if !q.Has(name) {
+		return 0, false
+	}
+	v, _ := strconv.ParseInt(q.Get(name), 10, 64)
+	return v, true
 }
 
 // GetOption modifies a read.
@@ -60,8 +80,25 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) (*api.G
 		o(q)
 	}
 	var resp api.GetResponse
-	if err := c.do(ctx, call{method: http.MethodGet, path: keyPath(key), query: q}, &resp); err != nil {
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodGet, path: keyPath(key), query: q}, &resp)
+	}
+	if !c.opts.Stream {
+		if err := overHTTP(); err != nil {
+			return nil, err
+		}
+		return &resp, nil
+	}
+	req := api.StreamRequest{Op: api.StreamGet, Key: []byte(key),
+		Serializable: q.Get(api.ParamConsistency) == api.ConsistencySerializable}
+	req.Revision, _ = queryInt(q, api.ParamRevision)
+	sr, err := c.doStream(ctx, req, overHTTP)
+	if err != nil {
 		return nil, err
+	}
+	if sr != nil {
+		sr.KV.Key = key
+		resp = api.GetResponse{KV: sr.KV, Revision: sr.Revision}
 	}
 	return &resp, nil
 }
@@ -84,9 +121,23 @@ func (c *Client) DeletePrefix(ctx context.Context, prefix string) (*api.DeleteRe
 
 func (c *Client) del(ctx context.Context, key string, q url.Values) (*api.DeleteResponse, error) {
 	var resp api.DeleteResponse
-	err := c.do(ctx, call{method: http.MethodDelete, path: keyPath(key), query: q, write: true}, &resp)
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodDelete, path: keyPath(key), query: q, write: true}, &resp)
+	}
+	if !c.opts.Stream || q.Has(api.ParamPrefix) {
+		if err := overHTTP(); err != nil {
+			return nil, err
+		}
+		return &resp, nil
+	}
+	req := api.StreamRequest{Op: api.StreamDelete, Key: []byte(key)}
+	req.PrevRevision, req.HasPrev = queryInt(q, api.ParamPrevRevision)
+	sr, err := c.doStream(ctx, req, overHTTP)
 	if err != nil {
 		return nil, err
+	}
+	if sr != nil {
+		resp = api.DeleteResponse{Revision: sr.Revision, Deleted: sr.Deleted}
 	}
 	return &resp, nil
 }

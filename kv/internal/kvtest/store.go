@@ -32,6 +32,24 @@ type LocalStore struct {
 		faultN   int    // calls left that fail with faultErr
 		faultErr error
 		noLeader bool
+		hold     chan struct{} // linearizable views wait for it to close
+	}
+}
+
+// HoldLinearizable makes linearizable views wait (like a read index round that cannot
+// complete) until the returned function is called.
+func (s *LocalStore) HoldLinearizable() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.mu.hold = ch
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.mu.hold == ch {
+			s.mu.hold = nil
+		}
+		s.mu.Unlock()
+		close(ch)
 	}
 }
 
@@ -113,9 +131,18 @@ func (s *LocalStore) applyLocked(cmd *fsm.Command) *fsm.Result {
 }
 
 // View returns the store's current view for either consistency.
-func (s *LocalStore) View(ctx context.Context, _ raft.Consistency) (*fsm.View, error) {
+func (s *LocalStore) View(ctx context.Context, c raft.Consistency) (*fsm.View, error) {
 	if err := s.fault(); err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	hold := s.mu.hold
+	s.mu.Unlock()
+	if hold != nil && c == raft.Linearizable {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,0 +1,301 @@
+package api
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// The stream protocol carries single-key reads and writes (the operations of
+// /v1/kv/{key} without ?list or ?prefix) as binary frames over one long-lived TCP
+// connection, many requests in flight at once, answered in any order. It exists for
+// throughput: a request costs a few dozen bytes and no HTTP parsing, and answers to
+// concurrent requests leave in one write. The semantics (consistency, revisions,
+// compare-and-swap, errors) are exactly those of the HTTP routes.
+//
+// A client opens it with an HTTP/1.1 upgrade on the API port:
+//
+//	GET /v1/stream HTTP/1.1
+//	Connection: Upgrade
+//	Upgrade: keel-stream/1
+//
+// and, after "101 Switching Protocols", both sides exchange frames:
+//
+//	frame    = length:uvarint body            (length of body, at most MaxStreamFrame)
+//	request  = id:uvarint op:byte flags:byte key:bytes args
+//	           get:    revision:uvarint       (0 = latest)
+//	           put:    value:bytes [prev_revision:uvarint if flags&StreamFlagPrev]
+//	           delete: [prev_revision:uvarint if flags&StreamFlagPrev]
+//	response = id:uvarint op:byte status:byte result
+//	           status 0, get:    revision:uvarint create_revision:uvarint
+//	                             mod_revision:uvarint version:uvarint value:bytes
+//	           status 0, put:    revision:uvarint
+//	           status 0, delete: revision:uvarint deleted:uvarint
+//	           status 1 (error): code:uvarint reason:bytes message:bytes
+//
+// where bytes is uvarint(len) followed by len bytes. The id is the client's; the
+// server echoes it. A request frame the server cannot parse is answered with a 400
+// error for its id, one longer than the server's limit with a 413; only a frame whose
+// id cannot be read closes the connection.
+const (
+	PathStream     = "/v1/stream"
+	StreamProtocol = "keel-stream/1"
+	// MaxStreamFrame bounds any frame either side accepts; a server's own limit
+	// (its maximum value size) is usually far lower.
+	MaxStreamFrame = 64 << 20
+)
+
+// StreamOp is the operation of a stream request.
+type StreamOp byte
+
+// Stream operations.
+const (
+	StreamGet    StreamOp = 1
+	StreamPut    StreamOp = 2
+	StreamDelete StreamOp = 3
+)
+
+func (o StreamOp) String() string {
+	switch o {
+	case StreamGet:
+		return "get"
+	case StreamPut:
+		return "put"
+	case StreamDelete:
+		return "delete"
+	}
+	return fmt.Sprintf("op(%d)", byte(o))
+}
+
+// Request flags.
+const (
+	// StreamFlagSerializable: a get reads the answering node's local state.
+	StreamFlagSerializable = 1 << 0
+	// StreamFlagPrev: a put or delete carries prev_revision (compare-and-swap).
+	StreamFlagPrev = 1 << 1
+)
+
+// ErrBadStreamFrame: bytes that are not a frame of the stream protocol.
+var ErrBadStreamFrame = errors.New("api: malformed stream frame")
+
+// StreamRequest is one request frame.
+type StreamRequest struct {
+	ID           uint64
+	Op           StreamOp
+	Key          []byte
+	Value        []byte // put
+	Revision     int64  // get: 0 = latest
+	Serializable bool   // get
+	PrevRevision int64  // put, delete: valid when HasPrev
+	HasPrev      bool
+}
+
+// StreamResponse is one response frame. Err is set on failure (status 1).
+type StreamResponse struct {
+	ID       uint64
+	Op       StreamOp
+	Err      *Error
+	Revision int64
+	KV       KV    // get
+	Deleted  int64 // delete
+}
+
+// AppendStreamRequest appends r as one frame (length prefix included).
+func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
+	var flags byte
+	if r.Serializable {
+		flags |= StreamFlagSerializable
+	}
+	if r.HasPrev {
+		flags |= StreamFlagPrev
+	}
+	n := uvarintLen(r.ID) + 2 + bytesLen(len(r.Key))
+	switch r.Op {
+	case StreamGet:
+		n += uvarintLen(uint64(r.Revision))
+	case StreamPut:
+		n += bytesLen(len(r.Value))
+	}
+	if r.HasPrev && r.Op != StreamGet {
+		n += uvarintLen(uint64(r.PrevRevision))
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	b = binary.AppendUvarint(b, r.ID)
+	b = append(b, byte(r.Op), flags)
+	b = appendBinBytes(b, r.Key)
+	switch r.Op {
+	case StreamGet:
+		b = binary.AppendUvarint(b, uint64(r.Revision))
+	case StreamPut:
+		b = appendBinBytes(b, r.Value)
+	}
+	if r.HasPrev && r.Op != StreamGet {
+		b = binary.AppendUvarint(b, uint64(r.PrevRevision))
+	}
+	return b
+}
+
+// AppendStreamResponse appends r as one frame (length prefix included).
+func AppendStreamResponse(b []byte, r *StreamResponse) []byte {
+	n := uvarintLen(r.ID) + 2
+	if r.Err != nil {
+		n += uvarintLen(uint64(r.Err.Code)) + bytesLen(len(r.Err.Reason)) + bytesLen(len(r.Err.Message))
+	} else {
+		n += uvarintLen(uint64(r.Revision))
+		switch r.Op {
+		case StreamGet:
+			n += uvarintLen(uint64(r.KV.CreateRevision)) + uvarintLen(uint64(r.KV.ModRevision)) +
+				uvarintLen(uint64(r.KV.Version)) + bytesLen(len(r.KV.Value))
+		case StreamDelete:
+			n += uvarintLen(uint64(r.Deleted))
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	b = binary.AppendUvarint(b, r.ID)
+	if r.Err != nil {
+		b = append(b, byte(r.Op), 1)
+		b = binary.AppendUvarint(b, uint64(r.Err.Code))
+		b = appendBinBytes(b, []byte(r.Err.Reason))
+		return appendBinBytes(b, []byte(r.Err.Message))
+	}
+	b = append(b, byte(r.Op), 0)
+	b = binary.AppendUvarint(b, uint64(r.Revision))
+	switch r.Op {
+	case StreamGet:
+		b = binary.AppendUvarint(b, uint64(r.KV.CreateRevision))
+		b = binary.AppendUvarint(b, uint64(r.KV.ModRevision))
+		b = binary.AppendUvarint(b, uint64(r.KV.Version))
+		b = appendBinBytes(b, r.KV.Value)
+	case StreamDelete:
+		b = binary.AppendUvarint(b, uint64(r.Deleted))
+	}
+	return b
+}
+
+// ErrStreamFrameTooLarge is returned by ReadStreamFrame for a frame longer than its
+// limit; the frame's bytes are still unread.
+type ErrStreamFrameTooLarge struct{ Size uint64 }
+
+func (e *ErrStreamFrameTooLarge) Error() string {
+	return fmt.Sprintf("api: stream frame of %d bytes is over the limit", e.Size)
+}
+
+// ReadStreamFrame reads one frame body of at most max bytes into a new slice. A
+// longer frame returns *ErrStreamFrameTooLarge having consumed only its length.
+func ReadStreamFrame(br *bufio.Reader, max int) ([]byte, error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: frame length: %v", ErrBadStreamFrame, err)
+	}
+	if n > uint64(max) {
+		return nil, &ErrStreamFrameTooLarge{Size: n}
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(br, b); err != nil {
+		return nil, fmt.Errorf("%w: frame of %d bytes: %v", ErrBadStreamFrame, n, io.ErrUnexpectedEOF)
+	}
+	return b, nil
+}
+
+// DecodeStreamRequest decodes a request frame body. Key and Value alias body. When
+// the id could be read but the rest is malformed, r.ID is set and the error wraps
+// ErrBadStreamFrame; the server answers that id with a 400.
+func DecodeStreamRequest(body []byte, r *StreamRequest) error {
+	*r = StreamRequest{}
+	d := binDecoder{b: body, bad: ErrBadStreamFrame}
+	r.ID = d.uvarint("request id")
+	if d.err != nil {
+		return d.err
+	}
+	op, flags := StreamOp(d.byte("op")), d.byte("flags")
+	r.Op = op
+	r.Key = d.bytes("key")
+	switch {
+	case d.err != nil:
+	case flags&^(StreamFlagSerializable|StreamFlagPrev) != 0:
+		d.fail("unknown flags %#x", flags)
+	case op == StreamGet:
+		if flags&StreamFlagPrev != 0 {
+			d.fail("a get has no prev_revision")
+		}
+		r.Serializable = flags&StreamFlagSerializable != 0
+		r.Revision = d.int("revision")
+	case op == StreamPut, op == StreamDelete:
+		if flags&StreamFlagSerializable != 0 {
+			d.fail("only a get is serializable")
+		}
+		if op == StreamPut {
+			if r.Value = d.bytes("value"); r.Value == nil {
+				r.Value = []byte{}
+			}
+		}
+		if flags&StreamFlagPrev != 0 {
+			r.HasPrev, r.PrevRevision = true, d.int("prev_revision")
+		}
+	default:
+		d.fail("unknown op %d", byte(op))
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return fmt.Errorf("request %d: %w", r.ID, d.err)
+	}
+	return nil
+}
+
+// DecodeStreamResponse decodes a response frame body. The value is copied out of body.
+func DecodeStreamResponse(body []byte, r *StreamResponse) error {
+	*r = StreamResponse{}
+	d := binDecoder{b: body, bad: ErrBadStreamFrame}
+	r.ID = d.uvarint("response id")
+	r.Op = StreamOp(d.byte("op"))
+	switch status := d.byte("status"); {
+	case d.err != nil:
+	case status == 1:
+		code := d.uvarint("code")
+		reason, msg := d.bytes("reason"), d.bytes("message")
+		if d.err == nil && (code < 100 || code > 599 || !utf8.Valid(reason) || !utf8.Valid(msg)) {
+			d.fail("bad error status %d", code)
+		}
+		r.Err = &Error{Code: int(code), Reason: string(reason), Message: string(msg)}
+	case status != 0:
+		d.fail("unknown status %d", status)
+	default:
+		r.Revision = d.int("revision")
+		switch r.Op {
+		case StreamGet:
+			r.KV.CreateRevision, r.KV.ModRevision, r.KV.Version = d.int("create_revision"), d.int("mod_revision"), d.int("version")
+			r.KV.Value = append([]byte{}, d.bytes("value")...)
+		case StreamPut:
+		case StreamDelete:
+			r.Deleted = d.int("deleted")
+		default:
+			d.fail("unknown op %d", byte(r.Op))
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return fmt.Errorf("response %d: %w", r.ID, d.err)
+	}
+	return nil
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func bytesLen(n int) int { return uvarintLen(uint64(n)) + n }

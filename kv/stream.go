@@ -1,0 +1,333 @@
+package kv
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
+)
+
+// The stream protocol (see api/stream.go): single-key reads and writes as binary
+// frames on one upgraded connection, many in flight, answers coalesced into few
+// writes. Each request runs the same code as its HTTP route (getKey, putKey,
+// deleteKey), so the two differ only in framing.
+
+const (
+	// streamInFlight bounds the requests one connection has in flight; the reader
+	// stops reading frames while it is reached, which pushes back on the client.
+	streamInFlight = 1024
+	// streamWriteTimeout bounds one flush to a client that stopped reading.
+	streamWriteTimeout = 30 * time.Second
+	streamBufSize      = 64 << 10
+)
+
+// handleStream upgrades GET /v1/stream to the stream protocol.
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
+	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", api.StreamProtocol) {
+		return fmt.Errorf("%w: %s needs Connection: Upgrade and Upgrade: %s", ErrInvalidParam, api.PathStream, api.StreamProtocol)
+	}
+	s.streams.Lock()
+	closed := s.streams.closed
+	s.streams.Unlock()
+	if closed {
+		return fmt.Errorf("%w: shutting down", raft.ErrShutdown)
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return fmt.Errorf("stream: hijack: %w", err)
+	}
+	// The HTTP server's deadlines belong to the request; the stream sets its own.
+	conn.SetDeadline(time.Time{})
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.StreamProtocol + "\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return nil // the status line is out (hijacked): nothing more to answer
+	}
+	c := s.newStreamConn(conn, brw.Reader)
+	if c == nil {
+		conn.Close()
+		return nil
+	}
+	go c.serve()
+	return nil
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type streamConn struct {
+	s      *Server
+	conn   net.Conn
+	br     *bufio.Reader
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup // requests in flight
+	flush  chan struct{}  // cap 1: a flush is wanted
+	wmu    sync.Mutex
+	bw     *bufio.Writer
+	werr   error // first write failure; later answers are dropped
+}
+
+// newStreamConn registers a stream with the server (so Shutdown closes it); nil once
+// the server is shutting down.
+func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader) *streamConn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &streamConn{s: s, conn: conn, br: br, ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, streamInFlight), flush: make(chan struct{}, 1),
+		bw: bufio.NewWriterSize(conn, streamBufSize)}
+	s.streams.Lock()
+	defer s.streams.Unlock()
+	if s.streams.closed {
+		cancel()
+		return nil
+	}
+	if s.streams.conns == nil {
+		s.streams.conns = map[*streamConn]struct{}{}
+	}
+	s.streams.conns[c] = struct{}{}
+	s.streams.wg.Add(1)
+	return c
+}
+
+// closeStreams stops every stream from reading new requests, lets the requests in
+// flight finish and be answered until ctx is done, then closes what is left.
+func (s *Server) closeStreams(ctx context.Context) error {
+	s.streams.Lock()
+	s.streams.closed = true
+	conns := make([]*streamConn, 0, len(s.streams.conns))
+	for c := range s.streams.conns {
+		conns = append(conns, c)
+	}
+	s.streams.Unlock()
+	for _, c := range conns {
+		c.conn.SetReadDeadline(time.Now())
+	}
+	done := make(chan struct{})
+	go func() { s.streams.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		for _, c := range conns {
+			c.cancel()
+			c.conn.Close()
+		}
+		return ctx.Err()
+	}
+}
+
+func (c *streamConn) serve() {
+	flushDone := make(chan struct{})
+	go c.flusher(flushDone)
+	defer func() {
+		c.wg.Wait()
+		c.cancel()
+		<-flushDone
+		c.wmu.Lock()
+		if c.werr == nil {
+			c.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			c.bw.Flush()
+		}
+		c.wmu.Unlock()
+		c.conn.Close()
+		c.s.streams.Lock()
+		delete(c.s.streams.conns, c)
+		c.s.streams.Unlock()
+		c.s.streams.wg.Done()
+	}()
+	max := int(c.s.cfg.MaxValueBytes) + c.s.cfg.MaxKeyBytes + 64
+	for {
+		body, err := api.ReadStreamFrame(c.br, max)
+		var tooLarge *api.ErrStreamFrameTooLarge
+		switch {
+		case errors.As(err, &tooLarge):
+			if !c.refuseLarge(tooLarge.Size) {
+				return
+			}
+			continue
+		case err != nil:
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				c.s.log.Debug("stream: closing connection", "remote", c.conn.RemoteAddr().String(), "error", err)
+			}
+			return
+		}
+		var req api.StreamRequest
+		if err := api.DecodeStreamRequest(body, &req); err != nil {
+			if _, n := binary.Uvarint(body); n <= 0 {
+				// No id to answer: the client is not speaking this protocol.
+				c.s.log.Debug("stream: unreadable request", "remote", c.conn.RemoteAddr().String(), "error", err)
+				return
+			}
+			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &api.Error{Code: http.StatusBadRequest,
+				Reason: api.ReasonBadRequest, Message: err.Error()}})
+			continue
+		}
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		c.wg.Add(1)
+		go func() {
+			defer func() { <-c.sem; c.wg.Done() }()
+			resp := c.s.streamDo(c.ctx, &req)
+			c.answer(&resp)
+		}()
+	}
+}
+
+// refuseLarge answers a frame over the limit with a 413 for its id and skips it; it
+// reports whether the connection can go on.
+func (c *streamConn) refuseLarge(size uint64) bool {
+	head, _ := c.br.Peek(min(int(size), binary.MaxVarintLen64))
+	id, n := binary.Uvarint(head)
+	if n <= 0 {
+		return false
+	}
+	if _, err := c.br.Discard(int(size)); err != nil {
+		return false
+	}
+	c.answer(&api.StreamResponse{ID: id, Err: &api.Error{Code: http.StatusRequestEntityTooLarge, Reason: api.ReasonTooLarge,
+		Message: fmt.Sprintf("request of %d bytes exceeds the limit (value %d bytes, key %d bytes)",
+			size, c.s.cfg.MaxValueBytes, c.s.cfg.MaxKeyBytes)}})
+	return true
+}
+
+// answer queues resp; the flusher writes queued answers out together.
+func (c *streamConn) answer(resp *api.StreamResponse) {
+	c.wmu.Lock()
+	if c.werr == nil {
+		_, c.werr = c.bw.Write(api.AppendStreamResponse(c.bw.AvailableBuffer(), resp))
+	}
+	c.wmu.Unlock()
+	select {
+	case c.flush <- struct{}{}:
+	default:
+	}
+}
+
+func (c *streamConn) flusher(done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-c.flush:
+		case <-c.ctx.Done():
+			return
+		}
+		c.wmu.Lock()
+		if c.werr == nil && c.bw.Buffered() > 0 {
+			c.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			c.werr = c.bw.Flush()
+		}
+		failed := c.werr != nil
+		c.wmu.Unlock()
+		if failed {
+			c.conn.Close() // the reader stops; serve cleans up
+			return
+		}
+	}
+}
+
+// streamDo runs one request through the same code as its HTTP route.
+func (s *Server) streamDo(ctx context.Context, req *api.StreamRequest) api.StreamResponse {
+	resp := api.StreamResponse{ID: req.ID, Op: req.Op}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	start := time.Now()
+	err := s.streamOp(ctx, req, &resp)
+	if err != nil {
+		e := errorBody(err, req.Op != api.StreamGet)
+		if e.Code == http.StatusInternalServerError {
+			s.log.Error("stream request failed", "op", req.Op.String(), "error", err)
+		}
+		resp.Err = &e
+	}
+	if m := s.streamMetrics; m != nil {
+		code := http.StatusOK
+		if resp.Err != nil {
+			code = resp.Err.Code
+		}
+		m.observe(req.Op, code, time.Since(start))
+	}
+	return resp
+}
+
+func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api.StreamResponse) error {
+	key := string(req.Key)
+	if err := s.lim.checkKey(key); err != nil {
+		return err
+	}
+	switch req.Op {
+	case api.StreamGet:
+		cons := raft.Linearizable
+		if req.Serializable {
+			cons = raft.Serializable
+		}
+		kv, rev, err := s.getKey(ctx, key, req.Revision, cons)
+		if err != nil {
+			return err
+		}
+		resp.Revision, resp.KV = rev, toAPI(kv)
+	case api.StreamPut:
+		if err := s.lim.checkValue(len(req.Value)); err != nil {
+			return err
+		}
+		prev := int64(-1)
+		if req.HasPrev {
+			prev = req.PrevRevision
+		}
+		rev, err := s.putKey(ctx, key, req.Value, prev)
+		if err != nil {
+			return err
+		}
+		resp.Revision = rev
+	case api.StreamDelete:
+		prev := int64(0)
+		if req.HasPrev {
+			if req.PrevRevision < 1 {
+				return fmt.Errorf("%w: prev_revision of a delete must be at least 1", ErrInvalidParam)
+			}
+			prev = req.PrevRevision
+		}
+		d, err := s.deleteKey(ctx, key, false, prev)
+		if err != nil {
+			return err
+		}
+		resp.Revision, resp.Deleted = d.Revision, d.Deleted
+	}
+	return nil
+}
+
+// streamMetrics counts stream requests by op and status and measures their latency
+// (keel_stream_requests_total, keel_stream_request_duration_seconds).
+type streamMetrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func (m *streamMetrics) observe(op api.StreamOp, code int, d time.Duration) {
+	m.requests.WithLabelValues(op.String(), strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(op.String()).Observe(d.Seconds())
+}

@@ -1,0 +1,121 @@
+package kv
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// rawStream upgrades a plain TCP connection to the stream protocol by hand, so that
+// tests can send frames no client would.
+func rawStream(t *testing.T, ts *testServer) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: keel-stream/1\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != api.StreamProtocol {
+		t.Fatalf("upgrade = %v, %v", resp, err)
+	}
+	return conn, br
+}
+
+func readResponse(t *testing.T, br *bufio.Reader) api.StreamResponse {
+	t.Helper()
+	body, err := api.ReadStreamFrame(br, api.MaxStreamFrame)
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	var r api.StreamResponse
+	if err := api.DecodeStreamResponse(body, &r); err != nil {
+		t.Fatalf("decode answer: %v", err)
+	}
+	return r
+}
+
+// frame wraps body in a length prefix.
+func frame(body []byte) []byte {
+	return append(binary.AppendUvarint(nil, uint64(len(body))), body...)
+}
+
+// TestStreamBadFrames: a malformed request is a 400 for its id and an oversized one a
+// 413, and neither changes anything or ends the connection; a frame without a
+// readable id does end it.
+func TestStreamBadFrames(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) { c.MaxValueBytes = 100 })
+	conn, br := rawStream(t, ts)
+	before := ts.store.FSM().Revision()
+
+	bad := [][]byte{
+		{7, byte(api.StreamPut), 0},                                      // truncated key
+		{8, 9, 0, 1, 'k'},                                                // unknown op
+		{9, byte(api.StreamGet), 0x80, 1, 'k', 0},                        // unknown flag
+		{10, byte(api.StreamPut), api.StreamFlagSerializable, 1, 'k', 0}, // serializable put
+		{11, byte(api.StreamPut), 0, 1, 'k', 1, 'v', 'x'},                // trailing byte
+	}
+	for _, b := range bad {
+		conn.Write(frame(b))
+		r := readResponse(t, br)
+		if r.ID != uint64(b[0]) || r.Err == nil || r.Err.Code != http.StatusBadRequest {
+			t.Fatalf("frame %v answered %+v (err %+v), want 400 for id %d", b, r, r.Err, b[0])
+		}
+	}
+	big := api.AppendStreamRequest(nil, &api.StreamRequest{ID: 12, Op: api.StreamPut, Key: []byte("k"),
+		Value: make([]byte, 1000)})
+	conn.Write(big)
+	if r := readResponse(t, br); r.ID != 12 || r.Err == nil || r.Err.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized frame answered %+v (err %+v), want 413 for id 12", r, r.Err)
+	}
+	if got := ts.store.FSM().Revision(); got != before {
+		t.Fatalf("revision moved %d → %d on bad frames", before, got)
+	}
+	// The connection still works.
+	conn.Write(api.AppendStreamRequest(nil, &api.StreamRequest{ID: 13, Op: api.StreamPut, Key: []byte("k"), Value: []byte("v")}))
+	if r := readResponse(t, br); r.ID != 13 || r.Err != nil || r.Revision != before+1 {
+		t.Fatalf("put after bad frames = %+v (err %+v)", r, r.Err)
+	}
+	// No id at all: the server hangs up.
+	conn.Write(frame([]byte{0xff}))
+	if _, err := api.ReadStreamFrame(br, api.MaxStreamFrame); !errors.Is(err, io.EOF) {
+		t.Fatalf("after a frame without an id: %v, want the connection closed", err)
+	}
+}
+
+// TestStreamNeedsUpgrade: a plain GET of /v1/stream is a 400 that says what to send.
+func TestStreamNeedsUpgrade(t *testing.T) {
+	ts := newTestServer(t)
+	code, body, _ := ts.do(http.MethodGet, api.PathStream, nil)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "Upgrade: keel-stream/1") {
+		t.Fatalf("GET %s = %d %s", api.PathStream, code, body)
+	}
+}
+
+// TestStreamAnswersOutOfOrder: a slow request does not hold up a fast one behind it
+// on the same connection.
+func TestStreamAnswersOutOfOrder(t *testing.T) {
+	ts := newTestServer(t)
+	ts.put("k", "v")
+	conn, br := rawStream(t, ts)
+	release := ts.store.HoldLinearizable()
+	conn.Write(api.AppendStreamRequest(nil, &api.StreamRequest{ID: 1, Op: api.StreamGet, Key: []byte("k")}))
+	conn.Write(api.AppendStreamRequest(nil, &api.StreamRequest{ID: 2, Op: api.StreamGet, Key: []byte("k"), Serializable: true}))
+	first := readResponse(t, br)
+	release()
+	second := readResponse(t, br)
+	if first.ID != 2 || first.Err != nil || string(first.KV.Value) != "v" || second.ID != 1 {
+		t.Fatalf("answers %+v then %+v; want the serializable read (2) first", first, second)
+	}
+}
