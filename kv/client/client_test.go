@@ -295,7 +295,8 @@ func TestRetries(t *testing.T) {
 	f.store.FailNext(0, nil)
 }
 
-// TestRetryConnectionRefused: a dead node is skipped, writes included.
+// TestRetryConnectionRefused: a dead node is skipped, writes included (connection
+// refused: nothing was sent), over HTTP and over the stream protocol.
 func TestRetryConnectionRefused(t *testing.T) {
 	f := newFixture(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -304,15 +305,19 @@ func TestRetryConnectionRefused(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	c := f.client(t, dead, f.url)
-	for i := 0; i < 3; i++ {
-		if _, err := c.Put(context.Background(), "k", []byte("v")); err != nil {
-			t.Fatalf("Put with a dead first node: %v", err)
+	for name, newClient := range map[string]func(*testing.T, ...string) *client.Client{
+		"http": f.client, "stream": f.streamClient,
+	} {
+		c := newClient(t, dead, f.url)
+		for i := range 3 {
+			if _, err := c.Put(context.Background(), "k", []byte{byte(i)}); err != nil {
+				t.Fatalf("%s: Put with a dead first node: %v", name, err)
+			}
 		}
-	}
-	c = f.client(t, dead)
-	if _, err := c.Put(context.Background(), "k", []byte("v")); err == nil || !client.IsRetriable(err) {
-		t.Fatalf("Put to only a dead node = %v, want a retriable error", err)
+		c = newClient(t, dead)
+		if _, err := c.Put(context.Background(), "k", []byte("v")); !client.IsRetriable(err) {
+			t.Fatalf("%s: Put to only a dead node = %v, want a retriable error", name, err)
+		}
 	}
 }
 

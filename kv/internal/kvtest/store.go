@@ -33,7 +33,15 @@ type LocalStore struct {
 		faultErr error
 		noLeader bool
 		hold     chan struct{} // linearizable views wait for it to close
+		held     int           // views waiting on hold
 	}
+}
+
+// Held is the number of linearizable views waiting for HoldLinearizable's release.
+func (s *LocalStore) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.held
 }
 
 // HoldLinearizable makes linearizable views wait (like a read index round that cannot
@@ -137,12 +145,18 @@ func (s *LocalStore) View(ctx context.Context, c raft.Consistency) (*fsm.View, e
 	}
 	s.mu.Lock()
 	hold := s.mu.hold
+	if hold != nil && c == raft.Linearizable {
+		s.mu.held++
+	}
 	s.mu.Unlock()
 	if hold != nil && c == raft.Linearizable {
 		select {
 		case <-hold:
 		case <-ctx.Done():
 		}
+		s.mu.Lock()
+		s.mu.held--
+		s.mu.Unlock()
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
