@@ -77,11 +77,14 @@ type Cluster interface {
 }
 
 // newNodeClient is a client for one node: few, fast retries of what is safe to retry,
-// so one operation stays bounded by its context.
+// so one operation stays bounded by its context. Single-key operations go over the
+// stream protocol (one connection shared by every worker, as the benchmarks drive
+// keel), so faults hit many requests in flight on one connection; transactions and
+// scans go over HTTP.
 func newNodeClient(httpAddr string) *client.Client {
 	c, err := client.New([]string{httpAddr}, client.Options{
 		MaxRetries: 2, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		DialTimeout: time.Second,
+		DialTimeout: time.Second, Stream: true,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("chaos: client for %q: %v", httpAddr, err))
