@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -50,6 +51,8 @@ type agentFlags struct {
 	maxValueBytes                                            int64
 	shutdownTimeout                                          time.Duration
 	schema                                                   string
+	noMigrate, migrateDryRun                                 bool
+	migrateRate                                              int
 }
 
 func newAgentCmd() *cobra.Command {
@@ -90,6 +93,9 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
 	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis")
+	fl.BoolVar(&f.noMigrate, "no-migrate", false, "as leader, never rewrite stored objects into the common encoding version")
+	fl.BoolVar(&f.migrateDryRun, "migrate-dry-run", false, "as leader, count what a migration would rewrite and write nothing")
+	fl.IntVar(&f.migrateRate, "migrate-rate", 500, "objects per second the migrator rewrites at most (-1: unlimited)")
 	return cmd
 }
 
@@ -123,6 +129,11 @@ func runAgent(ctx context.Context, f agentFlags) error {
 			return err
 		}
 		cfg.Schema = s
+	}
+	cfg.NoMigrate = f.noMigrate
+	cfg.Migrate.DryRun, cfg.Migrate.Rate = f.migrateDryRun, f.migrateRate
+	if f.migrateRate == 0 {
+		return errors.New("-migrate-rate 0 would never migrate: use -no-migrate")
 	}
 	if f.dev && cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "keel-dev-")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -30,17 +31,86 @@ func newVersionsCmd() *cobra.Command {
 			if err := agentCall(ctx, http.MethodGet, "/v1/versions", nil, &rep); err != nil {
 				return err
 			}
+			// A node of a release without the migrator has no /v1/migrations: no line.
+			var migs []migrate.Status
+			agentCall(ctx, http.MethodGet, "/v1/migrations", nil, &migs)
 			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), rep)
+				return printJSON(cmd.OutOrStdout(), struct {
+					versions.Report
+					Migrations []migrate.Status `json:"migrations"`
+				}{rep, migs})
 			}
-			return printVersions(cmd.OutOrStdout(), &rep, time.Now())
+			return printVersions(cmd.OutOrStdout(), &rep, migs, time.Now())
 		},
 	}
 }
 
+func newMigrateCmd() *cobra.Command {
+	mc := &cobra.Command{Use: "migrate", Short: "Storage-version migrations"}
+	mc.AddCommand(&cobra.Command{
+		Use:   "status",
+		Short: "Show, per resource, the migration of stored objects into the common encoding version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := withTimeout(cmd)
+			defer cancel()
+			var migs []migrate.Status
+			if err := agentCall(ctx, http.MethodGet, "/v1/migrations", nil, &migs); err != nil {
+				return err
+			}
+			if global.output == "json" {
+				return printJSON(cmd.OutOrStdout(), migs)
+			}
+			if len(migs) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no resources: start the agents with -schema FILE")
+			}
+			for _, m := range migs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", m.Resource, describeMigration(&m))
+				for _, p := range m.Poison {
+					fmt.Fprintf(cmd.OutOrStdout(), "  cannot convert %q: %s\n", p.Key, p.Error)
+				}
+			}
+			return nil
+		},
+	})
+	return mc
+}
+
+// describeMigration is one line: state, target, progress.
+func describeMigration(m *migrate.Status) string {
+	var b strings.Builder
+	b.WriteString(string(m.State))
+	if m.Target != "" {
+		fmt.Fprintf(&b, " → %s", m.Target)
+	}
+	switch m.State {
+	case migrate.StateRunning:
+		done := m.Migrated + m.Skipped
+		fmt.Fprintf(&b, ": %d rewritten, %d skipped (changed by clients), %s left, pass %d",
+			m.Migrated, m.Skipped, objects(m.RemainingTotal()), m.Pass)
+		if el := time.Since(m.Started); done > 0 && el > 0 {
+			rate := float64(done) / el.Seconds()
+			fmt.Fprintf(&b, ", about %s to go", (time.Duration(float64(m.RemainingTotal())/rate) * time.Second).Round(time.Second))
+		}
+	case migrate.StateSucceeded:
+		fmt.Fprintf(&b, ": all %s stored in %s", objects(m.Total), m.Target)
+		if m.Migrated > 0 {
+			fmt.Fprintf(&b, " (%d rewritten, %d skipped)", m.Migrated, m.Skipped)
+		}
+	case migrate.StateBlocked:
+		fmt.Fprintf(&b, ": %s left that cannot be converted", objects(m.RemainingTotal()))
+	case migrate.StateDryRun:
+		fmt.Fprintf(&b, ": a migration would rewrite %s", objects(m.Migrated))
+	}
+	if m.Message != "" && m.State != migrate.StateSucceeded {
+		fmt.Fprintf(&b, " (%s)", m.Message)
+	}
+	return b.String()
+}
+
 // printVersions renders a report: a table of node entries per resource, then the
 // agreement and the stored encodings with object counts.
-func printVersions(w io.Writer, rep *versions.Report, now time.Time) error {
+func printVersions(w io.Writer, rep *versions.Report, migs []migrate.Status, now time.Time) error {
 	if len(rep.Resources) == 0 {
 		fmt.Fprintln(w, "no resources: start the agents with -schema FILE")
 		return nil
@@ -83,6 +153,11 @@ func printVersions(w io.Writer, rep *versions.Report, now time.Time) error {
 			fmt.Fprintf(w, "  node %s refuses writes: %s\n", rep.NodeID, rr.WritesBlocked)
 		case rr.WriteEncoding != "":
 			fmt.Fprintf(w, "  node %s writes %s\n", rep.NodeID, rr.WriteEncoding)
+		}
+		for _, m := range migs {
+			if m.Resource == rr.Resource {
+				fmt.Fprintf(w, "  migration: %s\n", describeMigration(&m))
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
+	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
@@ -32,6 +33,9 @@ type Agent struct {
 	gossip *gossip // nil when gossip is off
 	// versions is the storage-version manager; nil without a schema.
 	versions *versions.Manager
+	// migrator rewrites old-version objects while this node leads; nil without a
+	// schema or with NoMigrate.
+	migrator *migrate.Migrator
 	// versionsMetrics is versions for the metrics collector, which may scrape before
 	// startVersions has run.
 	versionsMetrics atomic.Pointer[versions.Manager]
@@ -151,6 +155,9 @@ func (a *Agent) Close(ctx context.Context) error {
 		a.stopMetrics()
 	}
 	var errs []error
+	if a.migrator != nil {
+		a.migrator.Close()
+	}
 	if a.versions != nil {
 		a.versions.Close()
 	}

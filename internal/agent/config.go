@@ -14,6 +14,7 @@ import (
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
+	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
@@ -41,6 +42,11 @@ type Config struct {
 	Schema *versions.Schema
 	// Versions tunes the storage-version loops; NodeID, Schema, Store are filled in.
 	Versions versions.Config
+	// Migrate tunes the storage-version migrator (the leader rewrites objects into the
+	// common encoding version); Schema, Store and Logger are filled in.
+	Migrate migrate.Config
+	// NoMigrate turns the migrator off: old-version objects move only when rewritten.
+	NoMigrate bool
 	// MaxCommandFormat, when > 0, makes the node announce (and propose) no command
 	// format newer than this: what a node of an older release does. For upgrade tests.
 	MaxCommandFormat int

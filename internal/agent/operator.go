@@ -41,6 +41,7 @@ func (a *Agent) registerOperatorRoutes() {
 	a.server.Handle("GET /v1/agent/snapshot", http.HandlerFunc(a.handleSnapshotSave))
 	a.server.Handle("POST /v1/agent/snapshot", http.HandlerFunc(a.handleSnapshotRestore))
 	a.server.Handle("GET /v1/versions", http.HandlerFunc(a.handleVersions))
+	a.server.Handle("GET /v1/migrations", http.HandlerFunc(a.handleMigrations))
 	// /livez: the process is up and serving (Kubernetes' liveness probe); /readyz says
 	// whether it can serve the API.
 	a.server.Handle("GET /livez", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -13,6 +13,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/membership"
+	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
@@ -46,7 +47,48 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	a.server.SetResources(m)
 	a.server.AddReadyCheck("storage-versions", m.Ready)
 	m.Open(ctx)
+	if a.cfg.NoMigrate {
+		return nil
+	}
+	mcfg := a.cfg.Migrate
+	mcfg.Schema, mcfg.Store, mcfg.Logger = a.cfg.Schema, a.node, a.log.Named("migrate")
+	mg, err := migrate.New(mcfg)
+	if err != nil {
+		return err
+	}
+	a.migrator = mg
+	mg.Start()
 	return nil
+}
+
+// handleMigrations serves GET /v1/migrations: the migration status of every resource
+// of this node's schema (read from the replicated records, linearizably).
+func (a *Agent) handleMigrations(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	out := []*migrate.Status{}
+	if a.cfg.Schema != nil {
+		view, err := a.node.View(ctx, raft.Linearizable)
+		if err != nil {
+			writeAgentError(w, http.StatusServiceUnavailable, api.ReasonUnavailable, err.Error())
+			return
+		}
+		for _, res := range a.cfg.Schema.Resources {
+			st, err := migrate.ReadStatus(view, res.Key())
+			if err != nil {
+				writeAgentError(w, http.StatusInternalServerError, api.ReasonInternal, err.Error())
+				return
+			}
+			if st == nil {
+				st = &migrate.Status{Resource: res.Key(), State: migrate.StateWaiting, Message: "not started"}
+				if a.cfg.NoMigrate {
+					st.Message = "the migrator is off on the leader (-no-migrate)"
+				}
+			}
+			out = append(out, st)
+		}
+	}
+	writeAgentJSON(w, http.StatusOK, out)
 }
 
 // versionMembers adapts gossip membership for the manager.

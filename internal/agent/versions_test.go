@@ -28,10 +28,13 @@ func loadTestSchema(t *testing.T, name string) *versions.Schema {
 	return s
 }
 
+// withSchema gives cfg a schema and fast storage-version loops. The migrator is off:
+// these tests watch old-version objects stay put (migrate_test.go turns it on).
 func withSchema(cfg Config, s *versions.Schema) Config {
 	cfg.Schema = s
 	cfg.Versions = versions.Config{Interval: 200 * time.Millisecond, GCAfter: 2 * time.Second,
 		HeartbeatInterval: 300 * time.Millisecond}
+	cfg.NoMigrate = true
 	return cfg
 }
 
