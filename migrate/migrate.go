@@ -57,6 +57,9 @@ type Config struct {
 	// BlockedRetry: how long a migration blocked by objects that cannot be converted
 	// waits before it scans again, in case they were fixed (default 1m).
 	BlockedRetry time.Duration
+	// Finished, when set, is called after a migration of resource succeeds (the agent
+	// refreshes the StorageState record, so it stops listing the old versions at once).
+	Finished func(ctx context.Context, resource string)
 }
 
 // State is where a resource's migration stands.
@@ -266,7 +269,7 @@ func (m *Migrator) Step(ctx context.Context, r *versions.Resource) (more bool, e
 			return false, err
 		}
 		if len(next.Remaining) == 0 {
-			m.finish(&next, r, target, view, now)
+			m.finish(&next, r, target, view)
 			return false, m.save(ctx, &next, prevRev, st)
 		}
 		next = Status{Resource: r.Key(), State: StateRunning, Target: target, ScanRevision: view.Revision(),
@@ -293,7 +296,14 @@ func (m *Migrator) Step(ctx context.Context, r *versions.Resource) (more bool, e
 		next.State, next.Finished, next.CheckedRevision = StateDryRun, now, view.Revision()
 		next.Message = fmt.Sprintf("dry run: %d objects would be rewritten into %s", next.Migrated, target)
 	case left == 0:
-		m.finish(&next, r, target, view, now)
+		m.finish(&next, r, target, view)
+		if err := m.save(ctx, &next, prevRev, st); err != nil {
+			return false, err
+		}
+		if m.cfg.Finished != nil {
+			m.cfg.Finished(ctx, r.Key())
+		}
+		return false, nil
 	case left <= int64(len(next.Poison)):
 		next.State, next.CheckedRevision = StateBlocked, view.Revision()
 		next.Message = fmt.Sprintf("%d objects cannot be converted to %s (listed under poison); fix or delete them, "+
@@ -326,9 +336,9 @@ func migrationTarget(sv *versions.StorageVersion) (string, string) {
 	return sv.CommonEncodingVersion, ""
 }
 
-func (m *Migrator) finish(st *Status, r *versions.Resource, target string, view *fsm.View, now time.Time) {
+func (m *Migrator) finish(st *Status, r *versions.Resource, target string, view *fsm.View) {
 	if st.State != StateSucceeded || st.Target != target {
-		st.Finished = now
+		st.Finished = time.Now().UTC()
 		m.log.Info("migration complete", "resource", r.Key(), "version", target, "migrated", st.Migrated,
 			"skipped", st.Skipped)
 	}

@@ -93,9 +93,10 @@ func describeMigration(m *migrate.Status) string {
 			fmt.Fprintf(&b, ", about %s to go", (time.Duration(float64(m.RemainingTotal())/rate) * time.Second).Round(time.Second))
 		}
 	case migrate.StateSucceeded:
-		fmt.Fprintf(&b, ": all %s stored in %s", objects(m.Total), m.Target)
-		if m.Migrated > 0 {
-			fmt.Fprintf(&b, " (%d rewritten, %d skipped)", m.Migrated, m.Skipped)
+		fmt.Fprintf(&b, ": every stored object is in %s", m.Target)
+		if m.Migrated > 0 || m.Skipped > 0 {
+			fmt.Fprintf(&b, " (%d rewritten, %d skipped as changed by clients, finished %s)", m.Migrated, m.Skipped,
+				m.Finished.Local().Format(time.DateTime))
 		}
 	case migrate.StateBlocked:
 		fmt.Fprintf(&b, ": %s left that cannot be converted", objects(m.RemainingTotal()))

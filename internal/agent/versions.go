@@ -52,6 +52,11 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	}
 	mcfg := a.cfg.Migrate
 	mcfg.Schema, mcfg.Store, mcfg.Logger = a.cfg.Schema, a.node, a.log.Named("migrate")
+	mcfg.Finished = func(ctx context.Context, _ string) {
+		if err := m.Heartbeat(ctx); err != nil {
+			a.log.Warn("storage state after a migration", "error", err)
+		}
+	}
 	mg, err := migrate.New(mcfg)
 	if err != nil {
 		return err
