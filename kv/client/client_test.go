@@ -40,7 +40,7 @@ type fixture struct {
 	sent  *countingTransport
 }
 
-func newFixture(t *testing.T, opts ...func(*kv.Config)) *fixture {
+func newFixture(t testing.TB, opts ...func(*kv.Config)) *fixture {
 	t.Helper()
 	store := kvtest.New()
 	cfg := kv.DefaultConfig()
@@ -58,7 +58,7 @@ func newFixture(t *testing.T, opts ...func(*kv.Config)) *fixture {
 	return f
 }
 
-func (f *fixture) client(t *testing.T, addrs ...string) *client.Client {
+func (f *fixture) client(t testing.TB, addrs ...string) *client.Client {
 	t.Helper()
 	c, err := client.New(addrs, client.Options{HTTPClient: &http.Client{Transport: f.sent},
 		MaxRetries: 5, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
@@ -305,7 +305,7 @@ func TestRetryConnectionRefused(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	for name, newClient := range map[string]func(*testing.T, ...string) *client.Client{
+	for name, newClient := range map[string]func(testing.TB, ...string) *client.Client{
 		"http": f.client, "stream": f.streamClient,
 	} {
 		c := newClient(t, dead, f.url)

@@ -20,7 +20,7 @@ import (
 	"github.com/keel-kv/keel/raft"
 )
 
-func (f *fixture) streamClient(t *testing.T, addrs ...string) *client.Client {
+func (f *fixture) streamClient(t testing.TB, addrs ...string) *client.Client {
 	t.Helper()
 	c, err := client.New(addrs, client.Options{HTTPClient: &http.Client{Transport: f.sent}, Stream: true,
 		MaxRetries: 5, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})

@@ -1,0 +1,53 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+)
+
+// The request path alone — Go client, loopback TCP, kv.Server — over an unreplicated
+// store (kvtest), with 64 goroutines per core writing or reading 256-byte values: what a
+// single-key request costs in CPU over HTTP/1.1 and over the stream protocol. The
+// replicated path adds Raft on top (raft's BenchmarkClusterPut, bench/ for the full
+// comparison with etcd).
+
+func benchmarkRequests(b *testing.B, stream, write bool) {
+	f := newFixture(b)
+	c := f.c
+	if stream {
+		c = f.streamClient(b, f.url)
+	}
+	ctx := context.Background()
+	val := make([]byte, 256)
+	for i := range 1000 {
+		if _, err := c.Put(ctx, fmt.Sprintf("k%07d", i), val); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(64)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := fmt.Sprintf("k%07d", n.Add(1)%1000)
+			var err error
+			if write {
+				_, err = c.Put(ctx, key, val)
+			} else {
+				_, err = c.Get(ctx, key)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkPutHTTP(b *testing.B)   { benchmarkRequests(b, false, true) }
+func BenchmarkPutStream(b *testing.B) { benchmarkRequests(b, true, true) }
+func BenchmarkGetHTTP(b *testing.B)   { benchmarkRequests(b, false, false) }
+func BenchmarkGetStream(b *testing.B) { benchmarkRequests(b, true, false) }
