@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,9 @@ const (
 	// streamWriteTimeout bounds one flush to a client that stopped reading.
 	streamWriteTimeout = 30 * time.Second
 	streamBufSize      = 64 << 10
+	// streamWorkerIdle: how long a connection's idle worker goroutine waits for the
+	// next request before it exits.
+	streamWorkerIdle = 10 * time.Second
 )
 
 // handleStream upgrades GET /v1/stream to the stream protocol.
@@ -83,8 +87,9 @@ type streamConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}
-	wg     sync.WaitGroup // requests in flight
-	flush  chan struct{}  // cap 1: a flush is wanted
+	work   chan *api.StreamRequest // to idle workers (unbuffered)
+	wg     sync.WaitGroup          // requests in flight
+	flush  chan struct{}           // cap 1: a flush is wanted
 	wmu    sync.Mutex
 	bw     *bufio.Writer
 	werr   error // first write failure; later answers are dropped
@@ -95,7 +100,7 @@ type streamConn struct {
 func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader) *streamConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &streamConn{s: s, conn: conn, br: br, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, streamInFlight), flush: make(chan struct{}, 1),
+		sem: make(chan struct{}, streamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),
 		bw: bufio.NewWriterSize(conn, streamBufSize)}
 	s.streams.Lock()
 	defer s.streams.Unlock()
@@ -190,11 +195,39 @@ func (c *streamConn) serve() {
 			return
 		}
 		c.wg.Add(1)
-		go func() {
-			defer func() { <-c.sem; c.wg.Done() }()
-			resp := c.s.streamDo(c.ctx, &req)
-			c.answer(&resp)
-		}()
+		c.dispatch(&req)
+	}
+}
+
+// dispatch hands req to an idle worker of this connection, or starts one. Workers
+// outlive their request: a goroutine per request would grow a fresh stack through
+// the whole write path every time (a tenth of the leader's CPU under load).
+func (c *streamConn) dispatch(req *api.StreamRequest) {
+	select {
+	case c.work <- req:
+	default:
+		go c.worker(req)
+	}
+}
+
+// worker runs requests until it has been idle for streamWorkerIdle or the connection
+// closes.
+func (c *streamConn) worker(req *api.StreamRequest) {
+	idle := time.NewTimer(streamWorkerIdle)
+	defer idle.Stop()
+	for {
+		resp := c.s.streamDo(c.ctx, req)
+		c.answer(&resp)
+		<-c.sem
+		c.wg.Done()
+		idle.Reset(streamWorkerIdle)
+		select {
+		case req = <-c.work:
+		case <-idle.C:
+			return
+		case <-c.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -236,6 +269,9 @@ func (c *streamConn) flusher(done chan struct{}) {
 		case <-c.ctx.Done():
 			return
 		}
+		// Answers finish in bursts (a Raft commit releases a batch of writes at once):
+		// let the rest of the burst queue up, then send it in one write.
+		runtime.Gosched()
 		c.wmu.Lock()
 		if c.werr == nil && c.bw.Buffered() > 0 {
 			c.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))

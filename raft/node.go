@@ -229,8 +229,13 @@ func (n *Node) Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
-	defer cancel()
+	// Bound the retries by ApplyTimeout, unless the caller's deadline is sooner anyway
+	// (a request's own timeout, usually): one timer per write is enough.
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > n.cfg.ApplyTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+		defer cancel()
+	}
 	for {
 		var (
 			resp []byte

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMetricsEndpoint(t *testing.T) {
@@ -22,6 +24,21 @@ func TestMetricsEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", resp.StatusCode)
 	}
+	// hashicorp/raft's per-write counter arrives summed, within a second.
+	waitFor(t, "keel_raft_apply counted", 5*time.Second, func() error {
+		resp, err := http.Get("http://" + c.agents[0].HTTPAddr() + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "keel_raft_apply "); ok && v != "0" {
+				return nil
+			}
+		}
+		return errors.New("no keel_raft_apply sample yet")
+	})
 	for _, want := range []string{
 		`keel_http_requests_total{code="200",method="PUT",route="PUT /v1/kv/{key...}"} 1`,
 		"keel_http_request_duration_seconds_bucket",

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -149,6 +150,7 @@ func (c *streamConn) flusher() {
 		case <-c.done:
 			return
 		}
+		runtime.Gosched() // let concurrent requests join this write
 		c.wmu.Lock()
 		err := c.bw.Flush()
 		c.wmu.Unlock()
