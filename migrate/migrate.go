@@ -33,12 +33,9 @@ import (
 	"github.com/keel-kv/keel/versions"
 )
 
-// Store is what the migrator needs from the replicated store; *raft.Node satisfies it.
-type Store interface {
-	Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error)
-	View(ctx context.Context, c raft.Consistency) (*fsm.View, error)
-	IsLeader() bool
-}
+// Store is what the migrator needs from the replicated store, the same as the
+// storage-version manager's; *raft.Node satisfies it.
+type Store = versions.Store
 
 // Config configures a Migrator.
 type Config struct {

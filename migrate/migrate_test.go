@@ -9,6 +9,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/raft/rafttest"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -17,30 +18,7 @@ import (
 // encoding version. The objects are put in place with raw writes, as an older release
 // (tagged v1) or a restored backup (untagged, apiVersion apps/v1) would have left them.
 
-func openStore(t *testing.T) *raft.Node {
-	t.Helper()
-	cfg := raft.DefaultConfig()
-	cfg.NodeID = "n1"
-	cfg.DataDir = t.TempDir()
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.Bootstrap = true
-	cfg.HeartbeatTimeout = 300 * time.Millisecond
-	cfg.ElectionTimeout = 300 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 150 * time.Millisecond
-	n, err := raft.Open(context.Background(), cfg, fsm.NewStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(context.Background()) })
-	deadline := time.Now().Add(10 * time.Second)
-	for !n.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return n
-}
+func openStore(t *testing.T) *raft.Node { return rafttest.Single(t, "n1") }
 
 type fixture struct {
 	t      *testing.T

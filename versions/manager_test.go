@@ -12,33 +12,11 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/raft/rafttest"
 )
 
 // openStore starts a real one-node Raft cluster on loopback with its data in a temp dir.
-func openStore(t *testing.T) *raft.Node {
-	t.Helper()
-	cfg := raft.DefaultConfig()
-	cfg.NodeID = "store"
-	cfg.DataDir = t.TempDir()
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.Bootstrap = true
-	cfg.HeartbeatTimeout = 300 * time.Millisecond
-	cfg.ElectionTimeout = 300 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 150 * time.Millisecond
-	n, err := raft.Open(context.Background(), cfg, fsm.NewStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(context.Background()) })
-	deadline := time.Now().Add(10 * time.Second)
-	for !n.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return n
-}
+func openStore(t *testing.T) *raft.Node { return rafttest.Single(t, "store") }
 
 // hookStore runs before() once, just before the first Apply whose command matches,
 // so a test can slip another node's write between a read and a compare-and-swap.
