@@ -190,11 +190,14 @@ func (s *Store) compactLocked(rev int64) *Result {
 	return &Result{Revision: s.cur.revision, Succeeded: true}
 }
 
-// CompactStep processes up to max queued supersessions below the compact revision,
-// returns how many versions it dropped and reports whether more are waiting. Each write
-// that superseded a version queued one entry, so the work is proportional to what is
-// removed (plus a B-tree lookup per entry), never to the size of the keyspace; it holds
-// the write lock for one step only, so callers interleave it with writes.
+// CompactStep processes queued supersessions below the compact revision until it has
+// processed max of them or dropped at least max versions, returns how many versions it
+// dropped and reports whether more are waiting. Each write that superseded a version
+// queued one entry, so the work is proportional to what is removed (plus a B-tree
+// lookup per entry), never to the size of the keyspace. The first entry of a key drops
+// all of that key's old versions at once, so counting entries alone would let one step
+// drop max × (versions per key); it holds the write lock for one short step only, so
+// callers interleave it with writes.
 func (s *Store) CompactStep(max int) (removed int, more bool) {
 	if max <= 0 {
 		max = 1
@@ -202,7 +205,7 @@ func (s *Store) CompactStep(max int) (removed int, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	touched := false
-	for i := 0; i < max; i++ {
+	for i := 0; i < max && removed < max; i++ {
 		p, ok := s.pending.peek()
 		if !ok || p.rev > s.cur.compactRev {
 			break
