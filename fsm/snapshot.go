@@ -298,5 +298,5 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: trailing data", ErrCorrupt)
 	}
 	slices.SortStableFunc(pending, func(a, b pendingKey) int { return cmpInt(a.rev, b.rev) })
-	return st, compactQueue{items: pending}, nil
+	return st, newCompactQueue(pending), nil
 }

@@ -267,38 +267,59 @@ func (s *Store) trimLocked(key []byte, rev int64) int {
 }
 
 // compactQueue is a FIFO of (superseding revision, key). Revisions are appended in
-// increasing order, so the queue is sorted without any work.
+// increasing order, so the queue is sorted without any work. It is a list of
+// fixed-size blocks: a push or a pop never copies the queue (which holds an entry per
+// superseded version, millions under heavy overwrites) while the store lock is held.
 type compactQueue struct {
-	items []pendingKey
-	head  int
+	blocks [][]pendingKey // blocks[0][head:] is the front; only the last block has room
+	head   int
+	n      int
 }
+
+const compactBlock = 4096
 
 type pendingKey struct {
 	rev int64
 	key []byte
 }
 
+// newCompactQueue returns a queue holding items, in order.
+func newCompactQueue(items []pendingKey) compactQueue {
+	var q compactQueue
+	for _, it := range items {
+		q.push(it.rev, it.key)
+	}
+	return q
+}
+
 func (q *compactQueue) push(rev int64, key []byte) {
-	q.items = append(q.items, pendingKey{rev: rev, key: key})
+	if len(q.blocks) == 0 || len(q.blocks[len(q.blocks)-1]) == compactBlock {
+		q.blocks = append(q.blocks, make([]pendingKey, 0, compactBlock))
+	}
+	last := len(q.blocks) - 1
+	q.blocks[last] = append(q.blocks[last], pendingKey{rev: rev, key: key})
+	q.n++
 }
 
 func (q *compactQueue) peek() (pendingKey, bool) {
-	if q.head >= len(q.items) {
+	if q.n == 0 {
 		return pendingKey{}, false
 	}
-	return q.items[q.head], true
+	return q.blocks[0][q.head], true
 }
 
 func (q *compactQueue) pop() {
-	q.items[q.head] = pendingKey{}
+	if q.n == 0 {
+		return
+	}
+	q.blocks[0][q.head] = pendingKey{}
 	q.head++
-	// Reclaim the consumed front once it dominates the slice.
-	if q.head > 1024 && q.head*2 > len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items = q.items[:n]
+	q.n--
+	if q.head == len(q.blocks[0]) && (len(q.blocks) > 1 || q.head == compactBlock) {
+		q.blocks[0] = nil
+		q.blocks = q.blocks[1:]
 		q.head = 0
 	}
 }
 
-func (q *compactQueue) len() int { return len(q.items) - q.head }
+func (q *compactQueue) len() int { return q.n }

@@ -411,3 +411,38 @@ func TestResultCodecRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, res)
 	}
 }
+
+// TestCompactQueueFIFO: the block queue keeps order and length across block
+// boundaries, with pushes and pops interleaved and the queue drained to empty and
+// refilled.
+func TestCompactQueueFIFO(t *testing.T) {
+	var q compactQueue
+	next, want := int64(0), int64(0)
+	for round := range 3 {
+		for range 3*compactBlock + 17 {
+			q.push(next, nil)
+			next++
+			if next%3 == 0 {
+				p, ok := q.peek()
+				if !ok || p.rev != want {
+					t.Fatalf("round %d: peek = %d, %v; want %d", round, p.rev, ok, want)
+				}
+				q.pop()
+				want++
+			}
+		}
+		for q.len() > 0 {
+			if p, _ := q.peek(); p.rev != want {
+				t.Fatalf("round %d: drained %d, want %d", round, p.rev, want)
+			}
+			q.pop()
+			want++
+		}
+		if _, ok := q.peek(); ok || want != next {
+			t.Fatalf("round %d: not empty at %d/%d", round, want, next)
+		}
+	}
+	if q2 := newCompactQueue([]pendingKey{{rev: 1}, {rev: 2}}); q2.len() != 2 {
+		t.Fatalf("newCompactQueue len %d", q2.len())
+	}
+}
