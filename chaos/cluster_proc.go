@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/client"
 )
 
@@ -186,22 +187,16 @@ func (c *ProcCluster) newNode(tmpfs bool) (*procNode, error) {
 	return n, nil
 }
 
-// freePorts finds n free TCP ports on ip (bound then released: a small race).
+// freePorts finds n TCP ports on ip that were free a moment ago, outside the kernel's
+// ephemeral range (see package freeport).
 func freePorts(ip string, n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := freeport.TCP(ip)
 		if err != nil {
-			return nil, fmt.Errorf("free port on %s: %w", ip, err)
+			return nil, err
 		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports[i] = p
 	}
 	return ports, nil
 }

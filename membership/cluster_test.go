@@ -3,13 +3,14 @@ package membership
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/keel-kv/keel/internal/freeport"
 )
 
 // Test cluster helpers: real memberlist nodes on 127.0.0.1 with kernel-chosen ports
@@ -172,22 +173,9 @@ func aliveIDs(n *testNode) []string {
 	return ids
 }
 
-// freeAddr returns a 127.0.0.1 address whose port was free for TCP and UDP a moment ago.
+// freeAddr returns a 127.0.0.1 address whose port was free for TCP and UDP a moment
+// ago, picked outside the kernel's ephemeral range (see package freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free port")
-	return ""
+	return freeport.AddrTCPUDP()
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/client"
 )
 
@@ -23,14 +23,11 @@ type testCluster struct {
 	cfgs   []Config
 }
 
+// freeAddr is a loopback address whose port (TCP and UDP) was free a moment ago,
+// picked outside the kernel's ephemeral range (see package freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeport.AddrTCPUDP()
 }
 
 func testConfig(t *testing.T, dir, id string) Config {
