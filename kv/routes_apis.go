@@ -131,7 +131,7 @@ func present(q resourceReq, kv fsm.KeyValue) (map[string]any, error) {
 		return nil, fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode",
 			versions.ErrUndecodable, q.r.Key(), bytes.TrimPrefix(kv.Key, []byte(q.r.Prefix)), from)
 	}
-	obj, err := decodeObject(kv.Value)
+	obj, err := versions.DecodeObject(kv.Value)
 	if err != nil {
 		return nil, fmt.Errorf("stored object %q: %w", kv.Key, err)
 	}
@@ -146,22 +146,6 @@ func present(q resourceReq, kv fsm.KeyValue) (map[string]any, error) {
 	}
 	meta["revision"] = kv.ModRevision
 	return out, nil
-}
-
-func decodeObject(b []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("%w: %v", versions.ErrBadObject, err)
-	}
-	if obj == nil {
-		return nil, fmt.Errorf("%w: not a JSON object", versions.ErrBadObject)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the object", versions.ErrBadObject)
-	}
-	return obj, nil
 }
 
 func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
@@ -260,7 +244,7 @@ func (s *Server) handleObjectPut(w http.ResponseWriter, r *http.Request) error {
 // path's, whose metadata.name (if set) is the path's name, and whose metadata.revision
 // (if set) is a non-negative integer. It returns the object without metadata.revision.
 func validateObject(q resourceReq, body []byte) (map[string]any, int64, error) {
-	obj, err := decodeObject(body)
+	obj, err := versions.DecodeObject(body)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", ErrInvalidBody, err)
 	}

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -154,7 +153,6 @@ type Migrator struct {
 	log    hclog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
-	wake   chan struct{}
 	mu     sync.Mutex
 	tokens float64 // rate limiter
 	last   time.Time
@@ -183,7 +181,7 @@ func New(cfg Config) (*Migrator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Migrator{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}, nil
+	return &Migrator{cfg: cfg, log: cfg.Logger}, nil
 }
 
 // Start runs the migrator in the background until Close.
@@ -222,7 +220,6 @@ func (m *Migrator) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
-		case <-m.wake:
 		}
 	}
 }
@@ -281,37 +278,47 @@ func (m *Migrator) Step(ctx context.Context, r *versions.Resource) (more bool, e
 	if next.ScanRevision != 0 {
 		return true, m.save(ctx, &next, prevRev, st)
 	}
-	// The pass ended: count exactly what is left, after this step's own rewrites.
-	if view, err = m.cfg.Store.View(ctx, raft.Linearizable); err != nil {
+	more, err = m.endPass(ctx, r, target, &next)
+	if err != nil {
 		return false, err
 	}
-	if err := m.count(view, r, target, &next); err != nil {
+	if err := m.save(ctx, &next, prevRev, st); err != nil {
 		return false, err
 	}
-	switch left := next.RemainingTotal(); {
+	if next.State == StateSucceeded && m.cfg.Finished != nil {
+		m.cfg.Finished(ctx, r.Key())
+	}
+	return more, nil
+}
+
+// endPass decides, from an exact count taken after the pass's last rewrites, what
+// follows a finished pass: success, blocked on poison objects, the end of a dry run,
+// or another pass (more) for objects the pass did not see (a restore).
+func (m *Migrator) endPass(ctx context.Context, r *versions.Resource, target string, st *Status) (more bool, err error) {
+	view, err := m.cfg.Store.View(ctx, raft.Linearizable)
+	if err != nil {
+		return false, err
+	}
+	if err := m.count(view, r, target, st); err != nil {
+		return false, err
+	}
+	switch left := st.RemainingTotal(); {
 	case m.cfg.DryRun:
-		next.State, next.Finished, next.CheckedRevision = StateDryRun, now, view.Revision()
-		next.Message = fmt.Sprintf("dry run: %d objects would be rewritten into %s", next.Migrated, target)
+		st.State, st.Finished, st.CheckedRevision = StateDryRun, time.Now().UTC(), view.Revision()
+		st.Message = fmt.Sprintf("dry run: %d objects would be rewritten into %s", st.Migrated, target)
 	case left == 0:
-		m.finish(&next, r, target, view)
-		if err := m.save(ctx, &next, prevRev, st); err != nil {
-			return false, err
-		}
-		if m.cfg.Finished != nil {
-			m.cfg.Finished(ctx, r.Key())
-		}
-		return false, nil
-	case left <= int64(len(next.Poison)):
-		next.State, next.CheckedRevision = StateBlocked, view.Revision()
-		next.Message = fmt.Sprintf("%d objects cannot be converted to %s (listed under poison); fix or delete them, "+
+		m.finish(st, r, target, view)
+	case left <= int64(len(st.Poison)):
+		st.State, st.CheckedRevision = StateBlocked, view.Revision()
+		st.Message = fmt.Sprintf("%d objects cannot be converted to %s (listed under poison); fix or delete them, "+
 			"the migrator looks again every %v", left, target, m.cfg.BlockedRetry)
 		m.log.Warn("migration blocked by objects that cannot be converted", "resource", r.Key(), "objects", left)
 	default:
-		next.Pass++ // objects remain that the pass did not see (a restore): another pass
-		next.ScanRevision = view.Revision()
-		return true, m.save(ctx, &next, prevRev, st)
+		st.Pass++
+		st.ScanRevision = view.Revision()
+		return true, nil
 	}
-	return false, m.save(ctx, &next, prevRev, st)
+	return false, nil
 }
 
 // migrationTarget is the version to migrate into: the common encoding version, once
@@ -371,9 +378,8 @@ func (m *Migrator) mayHaveWork(ctx context.Context, view *fsm.View, r *versions.
 	case StateDryRun:
 		return false
 	}
-	prefix := r.Key() + "/"
-	for tag, n := range view.Encodings() {
-		if v, ok := strings.CutPrefix(tag, prefix); ok && n > 0 && v != st.Target && !strings.Contains(v, "/") {
+	for v, n := range versions.TagCounts(view, r.Key()) {
+		if n > 0 && v != st.Target {
 			return true
 		}
 	}
@@ -452,14 +458,11 @@ var (
 
 // rewrite stores kv's object in version target, if it still is what the scan read.
 func (m *Migrator) rewrite(ctx context.Context, r *versions.Resource, kv fsm.KeyValue, target string) error {
-	from := r.StoredVersion(kv)
-	dec := json.NewDecoder(bytes.NewReader(kv.Value))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil || obj == nil {
-		return fmt.Errorf("%w: stored value is not a JSON object (%v)", errPoison, err)
+	obj, err := versions.DecodeObject(kv.Value)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errPoison, err)
 	}
-	out, _, err := r.Convert(obj, from, target)
+	out, _, err := r.Convert(obj, r.StoredVersion(kv), target)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errPoison, err)
 	}

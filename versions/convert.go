@@ -1,10 +1,30 @@
 package versions
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 )
+
+// DecodeObject decodes one stored or submitted object: a single JSON object, numbers
+// kept exact (json.Number) so that conversions never round them. Anything else is
+// ErrBadObject.
+func DecodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadObject, err)
+	}
+	if obj == nil {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrBadObject)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the object", ErrBadObject)
+	}
+	return obj, nil
+}
 
 // Convert converts obj, a decoded JSON object, from version from to version
 // to. It walks the conversion chain forward (applying each step's ops in

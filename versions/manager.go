@@ -280,7 +280,7 @@ func (m *Manager) checkDecodable(ctx context.Context, r *Resource) {
 	if err != nil {
 		return
 	}
-	stored := persistedCounts(view, r.Key())
+	stored := TagCounts(view, r.Key())
 	// Untagged objects (data older than the resource) are known by the leader's last
 	// StorageState scan.
 	if ss, err := storageStateAt(view, r.Key()); err == nil {

@@ -40,9 +40,10 @@ type StorageState struct {
 	Revision         int64            `json:"revision,omitempty"` // set on read
 }
 
-// persistedCounts returns the count of objects per version of resource from the state
-// machine's tag counts.
-func persistedCounts(view *fsm.View, resource string) map[string]int64 {
+// TagCounts returns the count of objects per version of resource from the state
+// machine's live encoding-tag counts (objects written without a tag are not in it; see
+// ComputeStorageState). O(tags), not O(objects).
+func TagCounts(view *fsm.View, resource string) map[string]int64 {
 	out := make(map[string]int64)
 	prefix := resource + "/"
 	for tag, n := range view.Encodings() {
@@ -56,7 +57,7 @@ func persistedCounts(view *fsm.View, resource string) map[string]int64 {
 // ComputeStorageState derives r's StorageState from view: exact tag counts plus a scan
 // of r's prefix for untagged objects (O(objects under the prefix)).
 func ComputeStorageState(view *fsm.View, r *Resource, common string) (*StorageState, error) {
-	counts := persistedCounts(view, r.Key())
+	counts := TagCounts(view, r.Key())
 	prefix := []byte(r.Prefix)
 	start, end := prefix, fsm.PrefixEnd(prefix)
 	for {

@@ -128,12 +128,19 @@ type call struct {
 
 // do sends c, retrying what is safe to retry, and decodes a 2xx JSON answer into out.
 func (c *Client) do(ctx context.Context, cl call, out any) error {
-	var err error
+	return c.retry(ctx, cl.write, func(base string) (time.Duration, error) {
+		return c.attempt(ctx, base, cl, out)
+	})
+}
+
+// retry runs one against the node to try first; after a failure that is safe to retry
+// (write: the request changes state) it moves on to the next node and backs off
+// (at least the server's Retry-After, as one reports it), up to MaxRetries times.
+func (c *Client) retry(ctx context.Context, write bool, one func(base string) (retryAfter time.Duration, err error)) error {
 	for attempt := 0; ; attempt++ {
 		idx := int(c.cur.Load()) % len(c.addrs)
-		var retryAfter time.Duration
-		retryAfter, err = c.attempt(ctx, c.addrs[idx], cl, out)
-		if err == nil || attempt >= c.opts.MaxRetries || !safeToRetry(err, cl.write) {
+		retryAfter, err := one(c.addrs[idx])
+		if err == nil || attempt >= c.opts.MaxRetries || !safeToRetry(err, write) {
 			return err
 		}
 		c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))

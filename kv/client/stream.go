@@ -267,28 +267,21 @@ func (c *Client) Close() error {
 // chosen node does not offer the protocol, fallback (the same request over HTTP)
 // answers instead.
 func (c *Client) doStream(ctx context.Context, req api.StreamRequest, fallback func() error) (*api.StreamResponse, error) {
-	write := req.Op != api.StreamGet
-	var err error
-	for attempt := 0; ; attempt++ {
-		idx := int(c.cur.Load()) % len(c.addrs)
-		var sc *streamConn
-		sc, err = c.streamTo(ctx, c.addrs[idx])
-		if errors.Is(err, errNoStream) {
-			return nil, fallback()
+	var resp *api.StreamResponse
+	err := c.retry(ctx, req.Op != api.StreamGet, func(base string) (time.Duration, error) {
+		sc, err := c.streamTo(ctx, base)
+		if err != nil {
+			return 0, err
 		}
-		if err == nil {
-			r := req
-			var resp *api.StreamResponse
-			if resp, err = sc.do(ctx, &r); err == nil {
-				return resp, nil
-			}
-		}
-		if attempt >= c.opts.MaxRetries || !safeToRetry(err, write) {
-			return nil, err
-		}
-		c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))
-		if serr := sleep(ctx, c.backoff(attempt, 0)); serr != nil {
-			return nil, fmt.Errorf("client: gave up: %w; last attempt: %w", serr, err)
-		}
+		r := req
+		resp, err = sc.do(ctx, &r)
+		return 0, err
+	})
+	if errors.Is(err, errNoStream) { // not retried: it is no failure of the node
+		return nil, fallback()
 	}
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
