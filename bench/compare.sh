@@ -2,9 +2,13 @@
 # keel vs etcd on this machine: 3 nodes of each on loopback, data dirs in one temp dir,
 # default fsync behaviour for both, driven by the same load generator (bench/loadgen),
 # results side by side. Run through `make bench-compare` (which builds bin/keel first).
+# Each system runs twice, interleaved (etcd, keel, etcd, keel): the table shows every
+# run, the spread and each run's error count, and a target is met only if the worse
+# round meets it.
 #
-#   bash bench/compare.sh                      # the full run (~15 min on 2 cores)
-#   bash bench/compare.sh -mem-keys 200000     # extra flags go to `loadgen compare`
+#   bash bench/compare.sh                      # the full run (~30 min on 2 cores)
+#   bash bench/compare.sh -rounds 3            # extra flags go to `loadgen compare`
+#   bash bench/compare.sh -mem-keys 200000
 #
 # Raw results land in bench/results/<run>/ (gitignored); the table is also written into
 # bench/README.md between the table markers.

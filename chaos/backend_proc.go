@@ -47,6 +47,9 @@ func (b *ProcBackend) Start(ctx context.Context, sc Scenario, dir string, logf f
 	if sc.Disk {
 		cfg.DiskSize = DiskSize
 	}
+	for _, f := range sc.Faults {
+		cfg.LogFaults = cfg.LogFaults || f.Kind == FaultLogIO
+	}
 	c, err := StartProcCluster(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -15,12 +15,19 @@ import (
 	"time"
 )
 
-// totals sums every run of this test binary for the closing summary line.
+// totals sums every run of this test binary for the closing summary lines. expected
+// counts the declared runs this binary was asked for (every scenario × backend subtest
+// that -run selected), runs those that ran to a verdict, skipped those that could not.
 var totals struct {
 	sync.Mutex
-	runs, failed, ops, keyOps, unknown, faults int
-	elapsed                                    time.Duration
+	expected, runs, failed, ops, keyOps, unknown, faults, steps int
+	skipped                                                     []string
+	elapsed                                                     time.Duration
 }
+
+// strict is KEEL_CHAOS_STRICT=1 (CI): a declared run that cannot happen fails instead
+// of skipping, and the binary fails unless every expected run was done.
+var strict = os.Getenv("KEEL_CHAOS_STRICT") == "1"
 
 func TestMain(m *testing.M) {
 	start := time.Now()
@@ -29,11 +36,41 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	totals.Lock()
-	fmt.Printf("CHAOS TOTAL runs=%d failed=%d ops=%d checked_key_ops=%d unknown=%d faults=%d scenario_time=%s wall=%s\n",
-		totals.runs, totals.failed, totals.ops, totals.keyOps, totals.unknown, totals.faults,
+	fmt.Printf("CHAOS TOTAL runs=%d failed=%d ops=%d checked_key_ops=%d unknown=%d faults=%d/%d scenario_time=%s wall=%s\n",
+		totals.runs, totals.failed, totals.ops, totals.keyOps, totals.unknown, totals.faults, totals.steps,
 		totals.elapsed.Round(time.Second), time.Since(start).Round(time.Second))
+	fmt.Printf("chaos: runs done=%d expected=%d strict=%t\n", totals.runs, totals.expected, strict)
+	for _, s := range totals.skipped {
+		fmt.Printf("chaos: SKIPPED %s\n", s)
+	}
+	if totals.runs != totals.expected {
+		fmt.Printf("chaos: %d of %d expected runs did not run to a verdict\n", totals.expected-totals.runs, totals.expected)
+		if strict && code == 0 {
+			code = 1
+		}
+	}
 	totals.Unlock()
 	os.Exit(code)
+}
+
+// expectRun counts one declared run; cannotRun skips it (loudly) or, under
+// KEEL_CHAOS_STRICT=1, fails it.
+func expectRun() {
+	totals.Lock()
+	totals.expected++
+	totals.Unlock()
+}
+
+func cannotRun(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if strict {
+		t.Fatalf("KEEL_CHAOS_STRICT=1: declared run cannot happen: %s", msg)
+	}
+	totals.Lock()
+	totals.skipped = append(totals.skipped, t.Name()+": "+msg)
+	totals.Unlock()
+	t.Skipf("SKIP (a failure under KEEL_CHAOS_STRICT=1): %s", msg)
 }
 
 var (
@@ -88,7 +125,7 @@ func seed(t *testing.T) int64 {
 func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 	t.Helper()
 	if err := be.Supports(sc); err != nil {
-		t.Skipf("skip: %v", err)
+		cannotRun(t, "%v", err)
 	}
 	t.Logf("seed %d (replay: KEEL_CHAOS_SEED=%d); proves: %s", seed, seed, sc.Proves)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -106,18 +143,13 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 	totals.keyOps += res.Report.KeyOps
 	totals.unknown += res.Report.Unknown
 	totals.faults += res.Injected
+	totals.steps += len(res.Schedule.Steps)
 	totals.elapsed += res.Elapsed
 	if !res.OK() {
 		totals.failed++
 	}
 	totals.Unlock()
 	t.Log(res.Summary())
-	if res.Injected == 0 {
-		t.Errorf("no fault was injected: %+v", res.Events)
-	}
-	if res.OpsPerSec < 50 {
-		t.Logf("warning: %.0f ops/s attempted, below 50", res.OpsPerSec)
-	}
 	if res.OK() {
 		return
 	}
@@ -134,11 +166,17 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 	t.Errorf("artifacts: %s (replay: KEEL_CHAOS_SEED=%d)", res.Artifacts, seed)
 }
 
-// TestChaos runs every scenario on keel processes on loopback.
+// TestChaos runs every scenario declared for processes on keel processes on loopback.
 func TestChaos(t *testing.T) {
 	be := &ProcBackend{Bin: keelBin(t), Remover: DetectRemover(keelBin(t))}
 	for _, sc := range Scenarios() {
-		t.Run(sc.Name, func(t *testing.T) { runScenario(t, be, sc, seed(t)) })
+		if !sc.RunsOn(BackendProcess) {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			expectRun()
+			runScenario(t, be, sc, seed(t))
+		})
 	}
 }
 
@@ -159,7 +197,10 @@ func TestSoak(t *testing.T) {
 	for i, end := 0, time.Now().Add(dur); time.Now().Before(end); i++ {
 		sc := all[rng.Intn(len(all))]
 		s := rng.Int63n(1_000_000_000)
-		ok := t.Run(fmt.Sprintf("%03d-%s", i, sc.Name), func(t *testing.T) { runScenario(t, be, sc, s) })
+		ok := t.Run(fmt.Sprintf("%03d-%s", i, sc.Name), func(t *testing.T) {
+			expectRun()
+			runScenario(t, be, sc, s)
+		})
 		if !ok {
 			t.Logf("soak run %d (%s, seed %d) failed; replay: KEEL_CHAOS_SEED=%d go test -tags chaos ./chaos/ -run 'TestChaos/%s$' -v",
 				i, sc.Name, s, s, sc.Name)
@@ -167,26 +208,31 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// dockerScenarios are the scenarios also run on containers (a subset, to bound time).
-var dockerScenarios = []string{"kill-leader", "pause", "isolate-leader", "split", "one-way", "delay-drop"}
-
-// TestChaosDocker runs dockerScenarios on containers when a Docker daemon answers.
+// TestChaosDocker runs the scenarios declared for containers. Without a Docker daemon
+// or a static binary every one of them is a declared run that cannot happen.
 func TestChaosDocker(t *testing.T) {
-	if err := DockerAvailable(context.Background()); err != nil {
-		t.Skipf("skip containers: %v", err)
-	}
+	unavailable := DockerAvailable(context.Background())
 	bin := keelBin(t)
-	if err := IsStatic(bin); err != nil {
-		t.Skipf("skip containers: %v", err)
-	}
-	if swept := SweepDocker(context.Background()); len(swept) > 0 {
-		t.Logf("removed docker resources left by an earlier run: %v", swept)
+	if unavailable == nil {
+		unavailable = IsStatic(bin)
 	}
 	be := &DockerBackend{Bin: bin}
-	t.Cleanup(be.Close)
-	for _, name := range dockerScenarios {
-		sc, _ := ScenarioByName(name)
-		sc.Window = 20 * time.Second
-		t.Run(name, func(t *testing.T) { runScenario(t, be, sc, seed(t)) })
+	if unavailable == nil {
+		if swept := SweepDocker(context.Background()); len(swept) > 0 {
+			t.Logf("removed docker resources left by an earlier run: %v", swept)
+		}
+		t.Cleanup(be.Close)
+	}
+	for _, sc := range Scenarios() {
+		if !sc.RunsOn(BackendDocker) {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			expectRun()
+			if unavailable != nil {
+				cannotRun(t, "containers: %v", unavailable)
+			}
+			runScenario(t, be, sc, seed(t))
+		})
 	}
 }

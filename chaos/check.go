@@ -159,7 +159,9 @@ func CheckSerializable(records []Record) []string {
 		if r.Kind != OpGetSerial || r.Outcome != OutcomeOK {
 			continue
 		}
-		groups[group{r.Node, r.Incarnation}] = append(groups[group{r.Node, r.Incarnation}], r)
+		if r.Incarnation != IncarnationUnknown { // which process answered is unknown
+			groups[group{r.Node, r.Incarnation}] = append(groups[group{r.Node, r.Incarnation}], r)
+		}
 		if !r.Found {
 			continue
 		}

@@ -20,6 +20,9 @@ var (
 	ErrNoLeader = errors.New("chaos: no leader")
 	// ErrNodeCrashed: a node process exited without the harness stopping it.
 	ErrNodeCrashed = errors.New("chaos: node exited unexpectedly")
+	// ErrNotRunning: a fault aimed at a node that is not running (or already in the
+	// state the fault would put it in) would do nothing.
+	ErrNotRunning = errors.New("chaos: node not running")
 )
 
 // NetFaults is how a backend breaks the network between nodes. An error means the
@@ -46,10 +49,12 @@ type Cluster interface {
 	Client(id string) *client.Client
 	// Incarnation counts the node's restarts (0 for its first process).
 	Incarnation(id string) int
-	// Kill stops the node at once (kill -9); Start restarts a stopped node on its data.
+	// Kill stops the node at once (kill -9), ErrNotRunning when it is not running;
+	// Start restarts a stopped node on its data.
 	Kill(id string) error
 	Start(ctx context.Context, id string) error
-	// Pause freezes the node (SIGSTOP); Resume thaws it.
+	// Pause freezes the node (SIGSTOP), ErrNotRunning when it is stopped or already
+	// frozen; Resume thaws it.
 	Pause(id string) error
 	Resume(id string) error
 	// Net breaks links; nil when the backend cannot.
@@ -63,6 +68,11 @@ type Cluster interface {
 	// FillDisk fills the node's data filesystem; FreeDisk gives the space back.
 	FillDisk(id string) error
 	FreeDisk(id string) error
+	// FailLog injects I/O errors into the node's Raft log: mode "sync" makes its
+	// fdatasyncs fail (the node must step down and exit), "write" its writes (torn).
+	// heal lifts the fault, restarts the node if it stopped, and reports an injection
+	// that did nothing (a sync fault the node survived, a write fault no write met).
+	FailLog(ctx context.Context, id, mode string) (heal func() error, err error)
 	// Supports says whether the backend can inject the fault kind.
 	Supports(k FaultKind) bool
 	// Crashed lists nodes whose process exited without the harness stopping it.

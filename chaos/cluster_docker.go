@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,12 +18,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/client"
 )
 
-// Docker names every resource it creates keel-chaos-<run>-... and labels it
-// keel-chaos=1, and removes it on Close.
-const dockerLabel = "keel-chaos=1"
+// Docker names every resource it creates keel-chaos-<run>-... and labels it with the
+// PID of the test process that owns it (keel-chaos-owner=PID), and removes it on
+// Close. SweepDocker removes only resources whose owner is gone, so runs of several
+// engineers on one machine leave each other alone.
+const ownerLabelKey = "keel-chaos-owner"
+
+var dockerLabel = fmt.Sprintf("%s=%d", ownerLabelKey, os.Getpid())
 
 const (
 	dockerHTTPPort = 7370
@@ -111,21 +117,26 @@ func RemoveImage(tag string) {
 }
 
 // dockerNode is one keel container (re-created on restart with the same IP and data).
+// adv is the Raft address it advertises: its own, or its proxy's on the host.
 type dockerNode struct {
-	id, name, ip, dataDir, logPath string
-	cl                             *client.Client
-	incarnation                    int
-	running, paused, removed       bool
-	crashed                        bool
+	id, name, ip, dataDir, logPath, adv string
+	cl                                  *client.Client
+	incarnation                         int
+	running, paused, removed            bool
+	crashed                             bool
 }
 
 // DockerCluster runs keel as containers on a private bridge network the test creates.
 // Network faults run inside each container's network namespace (nsenter + iptables
-// for links, tc netem for delay and loss): the rules vanish with the container.
+// for links, tc netem for delay and loss): the rules vanish with the container. Where
+// the kernel has no netem, every node advertises a fault-injecting proxy on the host
+// (the bridge's gateway address, see Network) instead of its own Raft address, and
+// delay and loss are the proxy's, per link, as on the process backend.
 type DockerCluster struct {
 	image, network, prefix, subnet, dir string
-	linkFaults                          bool // nsenter and iptables are usable
-	netem                               bool // tc netem works (the kernel has sch_netem)
+	linkFaults                          bool     // nsenter and iptables are usable
+	netem                               bool     // tc netem works (the kernel has sch_netem)
+	proxy                               *Network // nil when netem delays and drops
 	logf                                func(string, ...any)
 
 	mu struct {
@@ -146,6 +157,9 @@ func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func
 		return nil, err
 	}
 	c.linkFaults, c.netem = linkToolsAvailable(), NetemAvailable() == nil
+	if !c.netem {
+		c.proxy = NewNetwork(c.identify)
+	}
 	var ids []string
 	for i := 0; i < n; i++ {
 		var join []string
@@ -204,7 +218,7 @@ func (c *DockerCluster) createNetwork(ctx context.Context) error {
 		rand.Read(b)
 		c.subnet = fmt.Sprintf("10.%d.%d", 200+int(b[0])%50, 1+try*13%250)
 		_, err = docker(ctx, "network", "create", "--driver", "bridge", "--label", dockerLabel,
-			"--subnet", c.subnet+".0/24", c.network)
+			"--subnet", c.subnet+".0/24", "--gateway", c.gateway(), c.network)
 		if err == nil {
 			return nil
 		}
@@ -212,7 +226,42 @@ func (c *DockerCluster) createNetwork(ctx context.Context) error {
 	return fmt.Errorf("create docker network: %w", err)
 }
 
-func (n *dockerNode) raftAddr() string { return fmt.Sprintf("%s:%d", n.ip, dockerRaftPort) }
+// raftAddr is the address the node advertises and peers dial.
+func (n *dockerNode) raftAddr() string {
+	if n.adv != "" {
+		return n.adv
+	}
+	return fmt.Sprintf("%s:%d", n.ip, dockerRaftPort)
+}
+
+// gateway is the host's address on the cluster's bridge (where proxies listen).
+func (c *DockerCluster) gateway() string { return c.subnet + ".1" }
+
+// identify names the container that dialed a proxied connection by its source IP
+// (traffic from a container to its bridge's gateway is not translated).
+func (c *DockerCluster) identify(remote, _ net.Addr) string {
+	ra, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, n := range c.mu.nodes {
+		if n.ip == ra.IP.String() {
+			return id
+		}
+	}
+	return ""
+}
+
+// Unidentified counts proxied connections whose dialing container could not be found
+// (link faults could not apply to them); 0 without proxies.
+func (c *DockerCluster) Unidentified() int {
+	if c.proxy == nil {
+		return 0
+	}
+	return c.proxy.Unidentified()
+}
 
 func (c *DockerCluster) node(id string) *dockerNode {
 	c.mu.Lock()
@@ -231,6 +280,16 @@ func (c *DockerCluster) newNode(ctx context.Context, bootstrap bool, join []stri
 	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort))
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
 		return "", err
+	}
+	if c.proxy != nil {
+		port, err := freeport.TCP(c.gateway())
+		if err != nil {
+			return "", fmt.Errorf("proxy port for %s: %w", id, err)
+		}
+		listen := net.JoinHostPort(c.gateway(), strconv.Itoa(port))
+		if n.adv, err = c.proxy.Listen(id, listen, fmt.Sprintf("%s:%d", n.ip, dockerRaftPort)); err != nil {
+			return "", err
+		}
 	}
 	c.mu.Lock()
 	c.mu.nodes[id] = n
@@ -279,6 +338,11 @@ func (c *DockerCluster) Members() []string {
 
 // Client implements Cluster.
 func (c *DockerCluster) Client(id string) *client.Client { return c.node(id).cl }
+
+// HTTPAddr is the node's HTTP address on the test's bridge network.
+func (c *DockerCluster) HTTPAddr(id string) string {
+	return fmt.Sprintf("%s:%d", c.node(id).ip, dockerHTTPPort)
+}
 
 // Incarnation implements Cluster.
 func (c *DockerCluster) Incarnation(id string) int {
@@ -394,6 +458,11 @@ func (c *DockerCluster) FillDisk(id string) error { return ErrUnsupported }
 // FreeDisk implements Cluster.
 func (c *DockerCluster) FreeDisk(id string) error { return nil }
 
+// FailLog implements Cluster: not on containers (the fault file lives on the host).
+func (c *DockerCluster) FailLog(context.Context, string, string) (func() error, error) {
+	return nil, ErrUnsupported
+}
+
 // Supports implements Cluster.
 func (c *DockerCluster) Supports(k FaultKind) bool {
 	switch k {
@@ -402,7 +471,7 @@ func (c *DockerCluster) Supports(k FaultKind) bool {
 	case FaultIsolate, FaultSplit, FaultOneWay, FaultBridge:
 		return c.linkFaults
 	case FaultDelay, FaultDrop:
-		return c.linkFaults && c.netem
+		return c.linkFaults && (c.netem || c.proxy != nil)
 	}
 	return false
 }
@@ -479,6 +548,9 @@ func (c *DockerCluster) Close() {
 	if len(names) > 0 {
 		docker(ctx, append([]string{"rm", "-f"}, names...)...)
 	}
+	if c.proxy != nil {
+		c.proxy.Close()
+	}
 	docker(ctx, "network", "rm", c.network)
 }
 
@@ -505,17 +577,25 @@ func (d dockerNet) nsexec(id string, args ...string) error {
 	return nil
 }
 
-// SetLink implements NetFaults. A blackhole drops from's packets to to's Raft port
-// (the connections from dials), so answers on to's own connections still flow, the
-// same semantics as the proxy. Delay and drop become netem on from's interface
-// (applied to all its traffic: netem has no per-destination rule here).
+// SetLink implements NetFaults. A blackhole drops from's packets to the Raft address
+// to advertises (the connections from dials), so answers on to's own connections
+// still flow, the same semantics as the proxy. Delay and drop become netem on from's
+// interface (applied to all its traffic: netem has no per-destination rule here), or,
+// without netem, the fault of the link in the host proxy.
 func (d dockerNet) SetLink(from, to string, f LinkFault) error {
 	if f.Blackhole {
-		return d.nsexec(from, "iptables", "-A", "OUTPUT", "-d", d.c.node(to).ip, "-p", "tcp",
-			"--dport", strconv.Itoa(dockerRaftPort), "-j", "DROP")
+		host, port, err := net.SplitHostPort(d.c.node(to).raftAddr())
+		if err != nil {
+			return err
+		}
+		return d.nsexec(from, "iptables", "-A", "OUTPUT", "-d", host, "-p", "tcp",
+			"--dport", port, "-j", "DROP")
 	}
 	if f.Delay == 0 && f.DropRate == 0 {
 		return nil
+	}
+	if d.c.proxy != nil {
+		return d.c.proxy.SetLink(from, to, f)
 	}
 	return d.nsexec(from, netemArgs("eth0", f)...)
 }
@@ -535,6 +615,9 @@ func netemArgs(dev string, f LinkFault) []string {
 // SetAll implements NetFaults.
 func (d dockerNet) SetAll(nodes []string, f LinkFault) error {
 	var errs []error
+	if !f.Blackhole && d.c.proxy != nil {
+		return d.c.proxy.SetAll(nodes, f)
+	}
 	if !f.Blackhole {
 		for _, n := range nodes {
 			errs = append(errs, d.SetLink(n, "", f))
@@ -569,9 +652,13 @@ func (d dockerNet) Partition(sides ...[]string) error {
 	return errors.Join(errs...)
 }
 
-// Heal implements NetFaults: flush the rules and netem of every running container.
+// Heal implements NetFaults: flush the rules and netem of every running container,
+// and the faults of the proxies.
 func (d dockerNet) Heal() error {
 	var errs []error
+	if d.c.proxy != nil {
+		errs = append(errs, d.c.proxy.Heal())
+	}
 	for _, id := range d.c.Members() {
 		n := d.c.node(id)
 		d.c.mu.Lock()

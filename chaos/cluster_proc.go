@@ -30,6 +30,12 @@ type ProcConfig struct {
 	// DiskSize, when > 0, mounts a tmpfs of that many bytes as the data dir of the
 	// first node (needs root; see DiskNode, FillDisk).
 	DiskSize int64
+	// LogFaults starts every node with -test-log-faults (a control file per node), so
+	// FailLog can inject I/O errors into its Raft log.
+	LogFaults bool
+	// ExtraArgs are added to every node's agent command line (SetRelease overrides
+	// them, and the binary, per node).
+	ExtraArgs []string
 	// Remover removes a voter through some node's API (nil: FaultRemove unsupported).
 	Remover func(ctx context.Context, httpAddr, id string) error
 	Logf    func(format string, args ...any)
@@ -62,6 +68,8 @@ type procNode struct {
 	dataDir, logPath, fillerPath string
 	tmpfs                        bool
 	cl                           *client.Client
+	bin                          string   // "" = ProcConfig.Bin
+	extra                        []string // nil = ProcConfig.ExtraArgs
 
 	cmd         *exec.Cmd
 	exited      chan struct{}
@@ -211,6 +219,16 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	if len(join) > 0 {
 		args = append(args, "-join", strings.Join(join, ","))
 	}
+	if c.cfg.LogFaults {
+		args = append(args, "-test-log-faults", c.logControl(n.id))
+	}
+	c.mu.Lock()
+	bin, extra := c.cfg.Bin, c.cfg.ExtraArgs
+	if n.bin != "" {
+		bin, extra = n.bin, n.extra
+	}
+	c.mu.Unlock()
+	args = append(args, extra...)
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("node log: %w", err)
@@ -222,8 +240,8 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	}
 	c.mu.Unlock()
 	fmt.Fprintf(logf, "=== chaos: %s start incarnation %d at %s: %s %s\n", n.id, inc,
-		time.Now().Format(time.RFC3339Nano), c.cfg.Bin, strings.Join(args, " "))
-	cmd := exec.Command(c.cfg.Bin, args...)
+		time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -315,12 +333,14 @@ func (c *ProcCluster) Kill(id string) error {
 	return c.stop(id, syscall.SIGKILL)
 }
 
+// stop signals the node's process and waits for it to exit; ErrNotRunning when there
+// is no process to stop.
 func (c *ProcCluster) stop(id string, sig syscall.Signal) error {
 	n := c.node(id)
 	c.mu.Lock()
 	if !n.running {
 		c.mu.Unlock()
-		return nil
+		return fmt.Errorf("stop %s: %w", id, ErrNotRunning)
 	}
 	n.stopping = true
 	p, exited := n.cmd.Process, n.exited
@@ -363,8 +383,8 @@ func (c *ProcCluster) signalRunning(id string, sig syscall.Signal, paused bool) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.mu.nodes[id]
-	if !n.running {
-		return fmt.Errorf("signal %s: not running", id)
+	if !n.running || n.paused == paused {
+		return fmt.Errorf("signal %s %s: %w (running=%t paused=%t)", id, sig, ErrNotRunning, n.running, n.paused)
 	}
 	if err := n.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("signal %s: %w", id, err)
@@ -446,6 +466,8 @@ func (c *ProcCluster) Supports(k FaultKind) bool {
 		return c.cfg.Remover != nil
 	case FaultDiskFull:
 		return c.DiskNode() != ""
+	case FaultLogIO:
+		return c.cfg.LogFaults
 	}
 	return true
 }
@@ -537,4 +559,93 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// logControl is the node's -test-log-faults control file.
+func (c *ProcCluster) logControl(id string) string {
+	return filepath.Join(c.cfg.Dir, id+".logfaults")
+}
+
+// FailLog implements Cluster.
+func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() error, error) {
+	if !c.cfg.LogFaults {
+		return nil, fmt.Errorf("fail the log of %s: %w (nodes started without -test-log-faults)", id, ErrUnsupported)
+	}
+	if mode != "sync" && mode != "write" {
+		return nil, fmt.Errorf("fail the log of %s: unknown mode %q", id, mode)
+	}
+	n := c.node(id)
+	c.mu.Lock()
+	running := n.running && !n.paused
+	if running {
+		// A failed fdatasync must stop the node, and so must a failed append after a
+		// deleted suffix (raft/wal): an exit now is the fault working, not a crash.
+		n.stopping = true
+	}
+	logPath := n.logPath
+	c.mu.Unlock()
+	if !running {
+		return nil, fmt.Errorf("fail the log of %s: %w", id, ErrNotRunning)
+	}
+	before := fileSize(logPath)
+	control := c.logControl(id)
+	if err := os.WriteFile(control, []byte(mode), 0o644); err != nil {
+		return nil, fmt.Errorf("fail the log of %s: %w", id, err)
+	}
+	heal := func() error {
+		if err := os.Remove(control); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		c.mu.Lock()
+		running := n.running
+		if running {
+			n.stopping = false
+		}
+		c.mu.Unlock()
+		switch {
+		case mode == "sync" && running:
+			return fmt.Errorf("%s kept running after its raft log's fdatasync failed", id)
+		case mode == "write" && !logSince(logPath, before, "injected: input/output error"):
+			return fmt.Errorf("no raft log write of %s met the injected error", id)
+		case !running:
+			return c.Start(ctx, id)
+		}
+		return nil
+	}
+	return heal, nil
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// logSince reports whether path holds needle after offset from.
+func logSince(path string, from int64, needle string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < from {
+		return false
+	}
+	return strings.Contains(string(b[from:]), needle)
+}
+
+// SetRelease makes the node run bin with extra arguments from its next start (a
+// rolling upgrade or downgrade swaps binaries on the same data dir).
+func (c *ProcCluster) SetRelease(id, bin string, extra []string) {
+	n := c.node(id)
+	c.mu.Lock()
+	n.bin, n.extra = bin, append([]string(nil), extra...)
+	c.mu.Unlock()
+}
+
+// Restart stops the node gracefully (SIGTERM: it hands leadership over and leaves
+// nothing half-written) and starts it again, with the release SetRelease chose.
+func (c *ProcCluster) Restart(ctx context.Context, id string) error {
+	if err := c.stop(id, syscall.SIGTERM); err != nil {
+		return err
+	}
+	return c.Start(ctx, id)
 }

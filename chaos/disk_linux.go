@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -39,8 +40,23 @@ func CanMount() error {
 	return unmount(dir)
 }
 
-// fillFile appends to path until the filesystem is full (ENOSPC is success).
+// fillFile appends to path until the filesystem is full (ENOSPC is success), then
+// checks that it is: a fill that left space free did not inject the fault.
 func fillFile(path string) error {
+	if err := appendUntilFull(path); err != nil {
+		return err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
+		return fmt.Errorf("fill %s: %w", path, err)
+	}
+	if free := st.Bavail * uint64(st.Bsize); free > 64<<10 {
+		return fmt.Errorf("fill %s: %d bytes still free after filling", path, free)
+	}
+	return nil
+}
+
+func appendUntilFull(path string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		if errors.Is(err, syscall.ENOSPC) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,12 +13,14 @@ import (
 )
 
 // FaultEvent is one fault as it happened: when (history clock), what it resolved to,
-// and whether injecting or healing it failed.
+// and whether injecting it (Err) or healing it (HealErr) failed. A fault with an Err
+// was not in place: it does not count as injected.
 type FaultEvent struct {
 	Start, End int64
 	Step       Step
 	Desc       string
 	Err        string
+	HealErr    string
 }
 
 // FaultRunner plays a Schedule against a cluster, one step at a time.
@@ -25,6 +28,7 @@ type FaultRunner struct {
 	c    Cluster
 	h    *History
 	logf func(format string, args ...any)
+	ff   failFast // probes of cut-off nodes (failfast.go)
 
 	mu struct {
 		sync.Mutex
@@ -56,7 +60,9 @@ func (r *FaultRunner) Injected() int {
 }
 
 // Run plays every step: waits until its offset from now, injects, holds, heals. A
-// step that cannot be injected (no leader to kill...) is recorded and skipped. When
+// step that cannot be injected (no leader to kill, a node that is not running, a rule
+// that would not apply) is recorded with its error and skipped; CheckFloors fails a run
+// in which some spec was never injected. When
 // ctx ends the current fault is still healed before Run returns.
 func (r *FaultRunner) Run(ctx context.Context, sch Schedule) {
 	t0 := time.Now()
@@ -81,7 +87,7 @@ func (r *FaultRunner) Run(ctx context.Context, sch Schedule) {
 		sleepCtx(ctx, st.Hold)
 		if heal != nil {
 			if err := heal(); err != nil {
-				ev.Err = "heal: " + err.Error()
+				ev.HealErr = err.Error()
 				r.logf("fault %s: heal failed: %v", desc, err)
 			}
 		}
@@ -183,13 +189,13 @@ func (r *FaultRunner) inject(ctx context.Context, st Step) (string, func() error
 		if err := needNet(); err != nil {
 			return "isolate " + who, nil, err
 		}
-		return "isolate " + who, healNet(net), net.Partition([]string{id}, others(members, id))
+		return "isolate " + who, r.watchCutOff([]string{id}, healNet(net)), net.Partition([]string{id}, others(members, id))
 	case FaultSplit:
 		if err := needNet(); err != nil {
 			return "split", nil, err
 		}
 		min, maj := SplitSides(rng, members)
-		return fmt.Sprintf("split %v | %v", min, maj), healNet(net), net.Partition(min, maj)
+		return fmt.Sprintf("split %v | %v", min, maj), r.watchCutOff(min, healNet(net)), net.Partition(min, maj)
 	case FaultOneWay:
 		if err := needNet(); err != nil {
 			return "one-way", nil, err
@@ -217,6 +223,9 @@ func (r *FaultRunner) inject(ctx context.Context, st Step) (string, func() error
 		return fmt.Sprintf("%s on every raft link: %+v", st.Kind, f), healNet(net), net.SetAll(members, f)
 	case FaultDiskFull:
 		return "fill the disk of " + who, func() error { return r.c.FreeDisk(id) }, r.c.FillDisk(id)
+	case FaultLogIO:
+		heal, err := r.c.FailLog(ctx, id, st.LogFault)
+		return fmt.Sprintf("fail the raft log %ss of %s", st.LogFault, who), heal, err
 	case FaultAdd, FaultRemove, FaultReplace:
 		desc, err := r.changeMembership(ctx, st.Kind, id)
 		return desc, nil, err
@@ -267,7 +276,7 @@ func Annotations(events []FaultEvent) []porcupine.Annotation {
 			bg = "#dddddd"
 		}
 		out = append(out, porcupine.Annotation{Tag: "faults", Start: e.Start, End: e.End,
-			Description: e.Desc, Details: e.Step.String() + " " + e.Err, BackgroundColor: bg})
+			Description: e.Desc, Details: strings.TrimSpace(e.Step.String() + " " + e.Err + " " + e.HealErr), BackgroundColor: bg})
 	}
 	return out
 }

@@ -65,13 +65,16 @@ type ScanItem struct {
 	ModRev int64  `json:"mod_rev"`
 }
 
+// IncarnationUnknown marks a record whose node restarted while it was in flight.
+const IncarnationUnknown = -1
+
 // Record is one client operation: what was asked, when, of which node, and what came
 // back. Times are nanoseconds since the history started (monotonic clock).
 type Record struct {
 	ID          int     `json:"id"`
 	Client      int     `json:"client"`
 	Node        string  `json:"node"`
-	Incarnation int     `json:"incarnation"` // the node process's restart count at call time
+	Incarnation int     `json:"incarnation"` // the node process's restart count (IncarnationUnknown: it restarted during the call)
 	Kind        OpKind  `json:"kind"`
 	Key         string  `json:"key,omitempty"`
 	Key2        string  `json:"key2,omitempty"` // OpTxn: the second key written on success

@@ -91,10 +91,15 @@ func (n *Network) Listen(dst, listen, target string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// SetLink sets the fault of the directed link from → to (LinkFault{} heals it).
+// SetLink sets the fault of the directed link from → to (LinkFault{} heals it). A
+// fault on a link that cannot exist (no proxy in front of to, or from == to) is an
+// error: it would do nothing.
 func (n *Network) SetLink(from, to string, f LinkFault) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !f.IsZero() && (from == to || n.mu.proxies[to] == nil) {
+		return fmt.Errorf("chaos: link %s -> %s: no such link, the fault would not apply", from, to)
+	}
 	if f.IsZero() {
 		delete(n.mu.links, link{from, to})
 	} else {
@@ -106,18 +111,20 @@ func (n *Network) SetLink(from, to string, f LinkFault) error {
 
 // SetAll sets f on every directed link between distinct nodes.
 func (n *Network) SetAll(nodes []string, f LinkFault) error {
+	var errs []error
 	for _, a := range nodes {
 		for _, b := range nodes {
 			if a != b {
-				n.SetLink(a, b, f)
+				errs = append(errs, n.SetLink(a, b, f))
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Partition blackholes every link between nodes of different sides, both ways.
 func (n *Network) Partition(sides ...[]string) error {
+	var errs []error
 	for i, sa := range sides {
 		for j, sb := range sides {
 			if i == j {
@@ -125,12 +132,12 @@ func (n *Network) Partition(sides ...[]string) error {
 			}
 			for _, a := range sa {
 				for _, b := range sb {
-					n.SetLink(a, b, LinkFault{Blackhole: true})
+					errs = append(errs, n.SetLink(a, b, LinkFault{Blackhole: true}))
 				}
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Heal clears every fault and resets the connections blackholes broke.

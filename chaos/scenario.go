@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,26 @@ type Scenario struct {
 	Faults []FaultSpec
 	Disk   bool            // node n1's data dir is a small tmpfs (FaultDiskFull)
 	Tune   func(*Workload) // adjusts the default workload
+	// Backends names every backend the scenario must run on (BackendProcess,
+	// BackendDocker): a declared run that cannot happen is a skip locally and a
+	// failure under KEEL_CHAOS_STRICT=1.
+	Backends []string
+}
+
+// Backend names, as Backend.Name returns them.
+const (
+	BackendProcess = "process"
+	BackendDocker  = "docker"
+)
+
+// RunsOn says whether the scenario declares the backend.
+func (sc Scenario) RunsOn(backend string) bool {
+	for _, b := range sc.Backends {
+		if b == backend {
+			return true
+		}
+	}
+	return false
 }
 
 // Backend starts the clusters scenarios run on.
@@ -38,6 +59,7 @@ type RunOptions struct {
 	ArtifactsRoot string // artifacts go to <root>/<scenario>-<seed>
 	KeepArtifacts bool   // write artifacts even when the run passes
 	CheckTimeout  time.Duration
+	Floors        Floors // zero: DefaultFloors
 	Logf          func(format string, args ...any)
 }
 
@@ -50,7 +72,9 @@ type RunResult struct {
 	Events    []FaultEvent
 	Injected  int
 	Report    Report
-	Problems  []string // failures outside the history: crashes, divergence, lost final write
+	Counts    RunCounts   // what the floors were checked against
+	Nodes     []NodeState // every node's keyspace after healing
+	Problems  []string    // failures outside the history: crashes, divergence, floors not met, a workload error
 	Elapsed   time.Duration
 	OpsPerSec float64 // client operations attempted per second of traffic
 	Artifacts string  // where the artifacts were written ("" when none)
@@ -65,9 +89,11 @@ func (o *RunResult) Summary() string {
 	if !o.OK() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("CHAOS %s scenario=%s backend=%s seed=%d faults=%d ops=%d checked=%d unknown=%d resolved=%d ops/s=%.0f elapsed=%s",
-		verdict, o.Scenario, o.Backend, o.Seed, o.Injected, o.Report.Records, o.Report.KeyOps, o.Report.Unknown, o.Report.Resolved,
-		o.OpsPerSec, o.Elapsed.Round(time.Second))
+	wc := o.Counts.Watch
+	return fmt.Sprintf("CHAOS %s scenario=%s backend=%s seed=%d faults=%d/%d ops=%d acked_writes=%d lin_reads=%d min_ops_per_fault=%d checked=%d unknown=%d resolved=%d nodes_checked=%d watchers=%d min_watch_events=%d watch_resumes=%d watch_slow=%d watch_compacted=%d%s ops/s=%.0f elapsed=%s",
+		verdict, o.Scenario, o.Backend, o.Seed, o.Injected, len(o.Schedule.Steps), o.Report.Records, o.Counts.AckedWrites, o.Counts.LinearizableReads,
+		o.Counts.MinOpsPerFault, o.Report.KeyOps, o.Report.Unknown, o.Report.Resolved, len(o.Nodes),
+		wc.Watchers, wc.MinEvents, wc.Resumes, wc.Slow, wc.Compacted, o.Counts.Lease, o.OpsPerSec, o.Elapsed.Round(time.Second))
 }
 
 // RunScenario starts a cluster, runs the workload while the schedule injects faults,
@@ -82,6 +108,9 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	if opt.CheckTimeout == 0 {
 		opt.CheckTimeout = 2 * time.Minute
 	}
+	if opt.Floors == (Floors{}) {
+		opt.Floors = DefaultFloors()
+	}
 	if err := be.Supports(sc); err != nil {
 		return nil, err
 	}
@@ -90,6 +119,9 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 		sc.Tune(&w)
 	}
 	w.Duration = sc.Window + 3*time.Second
+	if err := w.Validate(); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
 	out := &RunResult{Scenario: sc.Name, Backend: be.Name(), Seed: opt.Seed,
 		Schedule: NewSchedule(opt.Seed, sc.Window, sc.Faults...)}
 	opt.Logf("scenario %s on %s, seed %d (replay: KEEL_CHAOS_SEED=%d); schedule %s",
@@ -100,6 +132,9 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	c, err := be.Start(sctx, sc, dir, opt.Logf)
 	cancel()
@@ -109,20 +144,33 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	defer c.Close()
 
 	h := NewHistory()
+	watchers := StartWatchers(ctx, c, w.Prefix, w.Watchers, opt.Logf)
+	leases := StartLeases(ctx, c, h, w.Duration, opt.Logf)
 	runner := NewFaultRunner(c, h, opt.Logf)
 	trafficStart := time.Now()
 	var wg sync.WaitGroup
+	var werr error
 	wg.Add(2)
-	go func() { defer wg.Done(); w.Run(ctx, c, h, opt.Seed) }()
+	go func() { defer wg.Done(); werr = w.Run(ctx, c, h, opt.Seed) }()
 	go func() { defer wg.Done(); runner.Run(ctx, out.Schedule) }()
 	wg.Wait()
 	out.OpsPerSec = float64(len(h.Records())) / time.Since(trafficStart).Seconds()
 	out.Events, out.Injected = runner.Events(), runner.Injected()
+	if werr != nil {
+		out.Problems = append(out.Problems, "workload: "+werr.Error())
+	}
 
 	var tl *Timeline
-	out.Problems, tl = afterFaults(ctx, c, h, w, opt.Logf)
-	out.Report = Check(h.Records(), append(append([]string(nil), w.Keys...), finalKey), w.Prefix, tl, opt.CheckTimeout)
-	out.Report.Annotate(out.Events)
+	var problems, checked []string
+	problems, tl, out.Nodes = afterFaults(ctx, c, h, w, opt.Logf, hasLinkFaults(sc.Faults))
+	out.Problems = append(out.Problems, problems...)
+	out.Problems = append(out.Problems, runner.FailFastProblems()...)
+	out.Report, out.Counts, checked = CheckRun(RunData{
+		Records: h.Records(), Keys: append(append([]string(nil), w.Keys...), finalKey), Prefix: w.Prefix,
+		Timeline: tl, Nodes: out.Nodes, Specs: sc.Faults, Schedule: out.Schedule, Events: out.Events,
+		Watches: watchers.Stop(tl.Last(), 30*time.Second), Leases: leases.Stop(),
+	}, opt.Floors, opt.CheckTimeout)
+	out.Problems = append(out.Problems, checked...)
 	out.Elapsed = time.Since(start)
 	if !out.OK() || opt.KeepArtifacts {
 		out.Artifacts = filepath.Join(opt.ArtifactsRoot, fmt.Sprintf("%s-%s-%d", sc.Name, be.Name(), opt.Seed))
@@ -138,8 +186,9 @@ const finalKey = "chaos-final"
 // afterFaults heals the cluster and checks what must hold once it is whole: no node
 // crashed, all are ready, they converge to one state within 10s, a new write succeeds,
 // and every key can be read (the reads join the history for the durability check).
-// It returns the problems and the store's MVCC history read back from one node.
-func afterFaults(ctx context.Context, c Cluster, h *History, w Workload, logf func(string, ...any)) ([]string, *Timeline) {
+// It returns the problems, the store's MVCC history read back from one node, and every
+// node's keyspace once it applied the leader's commit index (for CheckNodes).
+func afterFaults(ctx context.Context, c Cluster, h *History, w Workload, logf func(string, ...any), linkFaults bool) ([]string, *Timeline, []NodeState) {
 	var problems []string
 	for _, id := range c.Crashed() {
 		problems = append(problems, fmt.Sprintf("node %s exited without being stopped (see its log)", id))
@@ -152,7 +201,7 @@ func afterFaults(ctx context.Context, c Cluster, h *History, w Workload, logf fu
 	err := WaitAllReady(rctx, c)
 	cancel()
 	if err != nil {
-		return append(problems, "after healing: "+err.Error()), nil
+		return append(problems, "after healing: "+err.Error()), nil, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rev, err := Converge(cctx, c)
@@ -175,29 +224,49 @@ func afterFaults(ctx context.Context, c Cluster, h *History, w Workload, logf fu
 			problems = append(problems, fmt.Sprintf("node %s exited without being stopped after healing (see its log)", id))
 		}
 	}
-	if u, ok := c.(interface{ Unidentified() int }); ok && u.Unidentified() > 0 {
+	// A connection the proxy could not attribute escapes link faults; that matters only
+	// when the run injects them (a node starting or stopping can leave one otherwise).
+	if u, ok := c.(interface{ Unidentified() int }); ok && linkFaults && u.Unidentified() > 0 {
 		problems = append(problems, fmt.Sprintf("%d proxied raft connections came from an unidentified source: link faults did not apply to them", u.Unidentified()))
 	}
-	tl, err := timelineOf(ctx, c)
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	states, err := ReadNodeStates(nctx, c)
+	cancel()
+	if err != nil {
+		problems = append(problems, "read every node's state: "+err.Error())
+	} else if len(states) != len(c.Members()) {
+		problems = append(problems, fmt.Sprintf("read the state of %d nodes, want %d", len(states), len(c.Members())))
+	}
+	for _, s := range states {
+		logf("node %s: applied %d, %d keys at revision %d, hash %s", s.Node, s.Applied, len(s.KVs), s.Revision, s.Hash())
+	}
+	start := time.Now()
+	leader, tl, err := timelineOf(ctx, c)
 	if err != nil {
 		problems = append(problems, "read back the MVCC history: "+err.Error())
+		return problems, tl, states
 	}
-	return problems, tl
+	logf("read back the MVCC history (revisions %d..%d) from %s in %s", tl.From, tl.To, leader, time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	problems = append(problems, compareTimelines(ctx, c, leader, tl)...)
+	logf("every node's MVCC history compared with %s's in %s", leader, time.Since(start).Round(time.Millisecond))
+	return problems, tl, states
 }
 
 // timelineOf reads the MVCC history, up to the current revision, from the leader.
-func timelineOf(ctx context.Context, c Cluster) (*Timeline, error) {
+func timelineOf(ctx context.Context, c Cluster) (string, *Timeline, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	leader, err := WaitLeader(ctx, c)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	st, err := c.Client(leader).Status(ctx)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return ReadTimeline(ctx, c.Client(leader), st.Revision)
+	tl, err := ReadTimeline(ctx, c.Client(leader), st.Revision)
+	return leader, tl, err
 }
 
 // writeArtifacts saves what is needed to understand a run: the porcupine
@@ -213,7 +282,7 @@ func writeArtifacts(o *RunResult, c Cluster, h *History) error {
 	fmt.Fprintf(&b, "%s\n\nreplay: KEEL_CHAOS_SEED=%d go test -tags chaos ./chaos/ -run 'TestChaos/%s' -v\n\n", o.Summary(), o.Seed, o.Scenario)
 	fmt.Fprintf(&b, "report: %s\n\nschedule: %s\n\nfaults (history clock, ms):\n", o.Report, o.Schedule)
 	for _, e := range o.Events {
-		fmt.Fprintf(&b, "  %8.0f - %8.0f  %s %s\n", float64(e.Start)/1e6, float64(e.End)/1e6, e.Desc, e.Err)
+		fmt.Fprintf(&b, "  %8.0f - %8.0f  %s %s %s\n", float64(e.Start)/1e6, float64(e.End)/1e6, e.Desc, e.Err, e.HealErr)
 	}
 	b.WriteString("\nviolations:\n")
 	for _, v := range o.Report.Violations {
@@ -246,4 +315,15 @@ func ArtifactsRoot() string {
 			return filepath.Join(wd, "artifacts", "chaos")
 		}
 	}
+}
+
+// hasLinkFaults says whether any spec breaks links between nodes (the proxy's job).
+func hasLinkFaults(specs []FaultSpec) bool {
+	for _, f := range specs {
+		switch f.Kind {
+		case FaultIsolate, FaultSplit, FaultOneWay, FaultBridge, FaultDelay, FaultDrop:
+			return true
+		}
+	}
+	return false
 }

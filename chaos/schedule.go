@@ -23,6 +23,7 @@ const (
 	FaultRemove   FaultKind = "remove"    // the target voter is removed and stopped (permanent)
 	FaultReplace  FaultKind = "replace"   // a new voter joins, then the target is removed
 	FaultDiskFull FaultKind = "disk-full" // the target's data dir (a small tmpfs) fills up for Hold
+	FaultLogIO    FaultKind = "log-io"    // the target's Raft log gets I/O errors (LogFault: sync or write) for Hold
 )
 
 // Target says which node a fault hits; it is resolved when the fault fires.
@@ -45,9 +46,11 @@ type Step struct {
 	Target   Target
 	Hold     time.Duration
 	Seed     int64
+	Spec     int           // index of the FaultSpec this step came from
 	Delay    time.Duration // FaultDelay
 	Jitter   time.Duration // FaultDelay
 	DropRate float64       // FaultDrop: probability per forwarded chunk
+	LogFault string        // FaultLogIO: which operations fail, "sync" or "write"
 }
 
 func (s Step) String() string {
@@ -62,6 +65,9 @@ func (s Step) String() string {
 	}
 	if s.DropRate > 0 {
 		fmt.Fprintf(&b, " drop=%.2f", s.DropRate)
+	}
+	if s.LogFault != "" {
+		fmt.Fprintf(&b, " fail=%s", s.LogFault)
 	}
 	return b.String()
 }
@@ -100,7 +106,8 @@ type FaultSpec struct {
 	GapMin, GapMax   time.Duration
 	Delay, Jitter    time.Duration
 	DropRate         float64
-	Max              int // at most this many steps of this spec (0 = no limit)
+	LogFault         string // FaultLogIO: "sync" (fdatasync fails) or "write" (writes fail, torn)
+	Max              int    // at most this many steps of this spec (0 = no limit)
 }
 
 // NewSchedule lays out steps from specs, round robin, one at a time (steps never
@@ -127,8 +134,8 @@ func NewSchedule(seed int64, window time.Duration, specs ...FaultSpec) Schedule 
 		}
 		at += gap
 		sch.Steps = append(sch.Steps, Step{
-			At: at, Kind: spec.Kind, Target: spec.Target, Hold: hold, Seed: rng.Int63(),
-			Delay: spec.Delay, Jitter: spec.Jitter, DropRate: spec.DropRate,
+			At: at, Kind: spec.Kind, Target: spec.Target, Hold: hold, Seed: rng.Int63(), Spec: si,
+			Delay: spec.Delay, Jitter: spec.Jitter, DropRate: spec.DropRate, LogFault: spec.LogFault,
 		})
 		counts[si]++
 		at += hold

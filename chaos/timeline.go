@@ -103,6 +103,14 @@ func diffStates(states []map[string]api.KV, from, to int64) *Timeline {
 	return tl
 }
 
+// Last is the last revision the timeline covers (0 for a nil timeline).
+func (tl *Timeline) Last() int64 {
+	if tl == nil {
+		return 0
+	}
+	return tl.To
+}
+
 // Complete says whether the timeline starts at the first revision.
 func (tl *Timeline) Complete() bool { return tl != nil && tl.From <= 1 }
 
@@ -129,10 +137,15 @@ func Resolve(records []Record, tl *Timeline, prefix string) ([]Record, []string)
 		key string
 		rev int64
 	}
+	// Only the workload's values (under prefix, never empty) are looked up: keys
+	// outside it (the lease checker's lock keys, with empty values) must not match a
+	// put's empty Value2.
 	where := map[string]at{}
 	for r, ch := range tl.Changes {
 		for k, v := range ch.Puts {
-			where[v] = at{k, r}
+			if v != "" && strings.HasPrefix(k, prefix) {
+				where[v] = at{k, r}
+			}
 		}
 	}
 	var v []string

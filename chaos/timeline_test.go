@@ -89,6 +89,7 @@ func TestClassify(t *testing.T) {
 		{read, true, OutcomeUnknown},
 		{read, false, OutcomeFailed},
 		{&api.Error{Code: 503, Reason: api.ReasonUnavailable}, true, OutcomeFailed},
+		{&api.Error{Code: 503, Reason: api.ReasonNoLeader}, true, OutcomeFailed},
 		{&api.Error{Code: 503, Reason: api.ReasonLeadershipLost}, true, OutcomeUnknown},
 		{&api.Error{Code: 503, Reason: api.ReasonShuttingDown}, true, OutcomeUnknown},
 		{&api.Error{Code: 504, Reason: api.ReasonTimeout}, true, OutcomeUnknown},

@@ -28,6 +28,7 @@ type Workload struct {
 	Pace      time.Duration // pause between one client's operations
 	PageLimit int           // scan page size
 	Weights   map[OpKind]int
+	Watchers  int // watchers of Prefix running through the run (StartWatchers)
 }
 
 // DefaultWorkload is 8 keys, 6 clients, every operation kind.
@@ -39,7 +40,8 @@ func DefaultWorkload() Workload {
 	return Workload{
 		Keys: keys, Prefix: "k/", Clients: 6, Duration: 30 * time.Second, MaxOps: 5000,
 		OpTimeout: 2 * time.Second, Pace: 15 * time.Millisecond, PageLimit: 3,
-		Weights: map[OpKind]int{OpGet: 25, OpGetSerial: 10, OpPut: 20, OpCAS: 15, OpDelete: 5, OpTxn: 15, OpScan: 10},
+		Weights:  map[OpKind]int{OpGet: 25, OpGetSerial: 10, OpPut: 20, OpCAS: 15, OpDelete: 5, OpTxn: 15, OpScan: 10},
+		Watchers: 2,
 	}
 }
 
@@ -175,6 +177,11 @@ func (wk *worker) do(_ context.Context, node string, kind OpKind) Record {
 		err = doScan(ctx, cl, &r)
 	}
 	r.Return = wk.h.Now()
+	if wk.c.Incarnation(node) != r.Incarnation {
+		// The node restarted while the operation was in flight, and a retry may have
+		// reached the new process: which one answered is unknown.
+		r.Incarnation = IncarnationUnknown
+	}
 	r.Outcome = classify(err, r.IsWrite())
 	if err != nil {
 		r.Err = err.Error()
@@ -296,7 +303,7 @@ var errBadAnswer = errors.New("chaos: malformed answer")
 
 // classify turns an operation's error into what the client learned. A write is
 // definitely not applied only when the request never left (connection refused) or the
-// server said so (503 Unavailable); any other failure leaves it unknown. A failed
+// server said so (503 Unavailable or NoLeader); any other failure leaves it unknown. A failed
 // read is just failed.
 func classify(err error, write bool) Outcome {
 	if err == nil {
@@ -308,7 +315,7 @@ func classify(err error, write bool) Outcome {
 	var e *api.Error
 	if errors.As(err, &e) {
 		switch {
-		case e.Code == http.StatusServiceUnavailable && e.Reason == api.ReasonUnavailable:
+		case e.Code == http.StatusServiceUnavailable && (e.Reason == api.ReasonUnavailable || e.Reason == api.ReasonNoLeader):
 			return OutcomeFailed
 		case e.Code == http.StatusBadRequest, e.Code == http.StatusNotFound,
 			e.Code == http.StatusRequestEntityTooLarge, e.Code == http.StatusMethodNotAllowed:

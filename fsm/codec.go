@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+
+	"github.com/keel-kv/keel/internal/wire"
 )
 
 // Binary encodings of commands and results. Every encoding starts with a format byte so
@@ -13,31 +16,40 @@ import (
 
 // Command formats. EncodeCommand writes the oldest format that can hold the command:
 // V1 unless some op carries an encoding tag, which needs V2 (V1 plus the tag after each
-// op). The range of formats a node can apply is reported in membership metadata, and
+// op), or the command deals with leases, which needs V3 (V2 plus a lease ID after each
+// op, and the lease command types; see lease_codec.go). The range of formats a node can apply is reported in membership metadata, and
 // raft.Node refuses to propose a format that some voter cannot apply.
 const (
 	CommandFormatV1 byte = 1
 	CommandFormatV2 byte = 2
+	CommandFormatV3 byte = 3
 )
 
 // MinCommandFormat and MaxCommandFormat bound the formats DecodeCommand accepts.
 const (
 	MinCommandFormat = CommandFormatV1
-	MaxCommandFormat = CommandFormatV2
+	MaxCommandFormat = CommandFormatV3
 )
 
 // commandFormat is the format EncodeCommand uses for cmd.
 func commandFormat(cmd *Command) byte {
+	if isLeaseCommand(cmd.Type) {
+		return CommandFormatV3
+	}
+	f := CommandFormatV1
 	if cmd.Type == CmdTxn && cmd.Txn != nil {
 		for _, ops := range [][]Op{cmd.Txn.Success, cmd.Txn.Failure} {
 			for _, op := range ops {
+				if op.Lease != 0 {
+					return CommandFormatV3
+				}
 				if op.Encoding != "" {
-					return CommandFormatV2
+					f = CommandFormatV2
 				}
 			}
 		}
 	}
-	return CommandFormatV1
+	return f
 }
 
 // Result formats: V2 adds each KeyValue's encoding tag; EncodeResult writes V1 unless a
@@ -75,6 +87,8 @@ func EncodeCommand(cmd *Command) ([]byte, error) {
 	case CmdClusterMeta:
 		b = appendBytes(b, []byte(cmd.ClusterID))
 		b = appendBytes(b, cmd.Secret)
+	case CmdLeaseGrant, CmdLeaseRevoke, CmdLeaseCheckpoint:
+		b = appendLeaseCommand(b, cmd)
 	default:
 		return nil, fmt.Errorf("%w: unknown command type %d", ErrInvalidCommand, cmd.Type)
 	}
@@ -111,6 +125,9 @@ func appendOps(b []byte, ops []Op, format byte) []byte {
 		if format >= CommandFormatV2 {
 			b = appendBytes(b, []byte(op.Encoding))
 		}
+		if format >= CommandFormatV3 {
+			b = binary.AppendVarint(b, op.Lease)
+		}
 	}
 	return b
 }
@@ -118,74 +135,82 @@ func appendOps(b []byte, ops []Op, format byte) []byte {
 // DecodeCommand decodes bytes written by EncodeCommand. Byte slices in the result
 // alias data. It returns ErrUnknownFormat or ErrCorrupt (wrapped) on bad input.
 func DecodeCommand(data []byte) (*Command, error) {
-	d := decoder{b: data}
-	format := d.byte()
-	if d.err != nil {
+	d := newDecoder(data)
+	format := d.Uint8("format")
+	if d.Err() != nil {
 		return nil, fmt.Errorf("%w: empty command", ErrCorrupt)
 	}
 	if format < MinCommandFormat || format > MaxCommandFormat {
 		return nil, fmt.Errorf("%w: command format %d (this build reads %d..%d)",
 			ErrUnknownFormat, format, MinCommandFormat, MaxCommandFormat)
 	}
-	cmd := &Command{Type: CommandType(d.byte())}
+	cmd := &Command{Type: CommandType(d.Uint8("command type"))}
 	switch cmd.Type {
 	case CmdTxn:
 		t := &Txn{}
-		n := d.count(4)
+		n := d.Count("compares", 4)
 		if n > 0 {
 			t.Compares = make([]Compare, n)
 		}
 		for i := range t.Compares {
 			c := &t.Compares[i]
-			c.Key = d.bytes()
-			c.Target = CompareTarget(d.byte())
-			c.Result = CompareResult(d.byte())
-			c.Value = d.bytes()
-			c.Int = d.varint()
+			c.Key = d.Bytes("compare key", noMax)
+			c.Target = CompareTarget(d.Uint8("compare target"))
+			c.Result = CompareResult(d.Uint8("compare result"))
+			c.Value = d.Bytes("compare value", noMax)
+			c.Int = d.Varint("compare int")
 		}
 		t.Success = d.ops(format)
 		t.Failure = d.ops(format)
 		cmd.Txn = t
 	case CmdCompact:
-		cmd.Revision = d.varint()
+		cmd.Revision = d.Varint("revision")
 	case CmdClusterMeta:
-		cmd.ClusterID = string(d.bytes())
-		cmd.Secret = d.bytes()
+		cmd.ClusterID = string(d.Bytes("cluster id", noMax))
+		cmd.Secret = d.Bytes("secret", noMax)
+	case CmdLeaseGrant, CmdLeaseRevoke, CmdLeaseCheckpoint:
+		if format < CommandFormatV3 {
+			d.Fail("lease command in format %d", format)
+		}
+		d.leaseCommand(cmd)
 	default:
-		if d.err == nil {
+		if d.Err() == nil {
 			return nil, fmt.Errorf("%w: unknown command type %d", ErrCorrupt, cmd.Type)
 		}
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return nil, err
 	}
 	return cmd, nil
 }
 
-func (d *decoder) ops(format byte) []Op {
-	n := d.count(5)
+func (d decoder) ops(format byte) []Op {
+	n := d.Count("ops", 5)
 	if n == 0 {
 		return nil
 	}
 	ops := make([]Op, n)
 	for i := range ops {
 		op := &ops[i]
-		op.Type = OpType(d.byte())
-		op.Key = d.bytes()
-		switch d.byte() {
+		op.Type = OpType(d.Uint8("op type"))
+		op.Key = d.Bytes("key", noMax)
+		switch d.Uint8("range end flag") {
 		case 0:
 		case 1:
-			op.End = d.bytes()
+			op.End = d.Bytes("range end", noMax)
 			if op.End == nil {
 				op.End = []byte{}
 			}
 		default:
-			d.fail("bad range end flag")
+			d.Fail("bad range end flag")
 		}
-		op.Value = d.bytes()
-		op.Limit = d.varint()
+		op.Value = d.Bytes("value", noMax)
+		op.Limit = d.Varint("limit")
 		if format >= CommandFormatV2 {
-			op.Encoding = string(d.bytes())
+			op.Encoding = string(d.Bytes("encoding", noMax))
+		}
+		if format >= CommandFormatV3 {
+			op.Lease = d.Varint("lease")
 		}
 	}
 	return ops
@@ -202,12 +227,15 @@ const (
 	codeUnknownFormat
 	codeCorrupt
 	codeOther
+	codeLeaseNotFound // appended: codes are wire values shared with other releases
+	codeLeaseExists
 )
 
 var codeErrors = map[byte]error{
 	codeCompacted: ErrCompacted, codeFuture: ErrFutureRevision, codeNotFound: ErrKeyNotFound,
 	codeTooManyOps: ErrTooManyOps, codeInvalid: ErrInvalidCommand,
 	codeUnknownFormat: ErrUnknownFormat, codeCorrupt: ErrCorrupt,
+	codeLeaseNotFound: ErrLeaseNotFound, codeLeaseExists: ErrLeaseExists,
 }
 
 func errorCode(err error) byte {
@@ -281,17 +309,17 @@ func resultFormat(r *Result) byte {
 
 // DecodeResult decodes bytes written by EncodeResult.
 func DecodeResult(data []byte) (*Result, error) {
-	d := decoder{b: data}
-	format := d.byte()
-	if d.err == nil && format != resultFormatV1 && format != resultFormatV2 {
+	d := newDecoder(data)
+	format := d.Uint8("format")
+	if d.Err() == nil && format != resultFormatV1 && format != resultFormatV2 {
 		return nil, fmt.Errorf("%w: result format %d", ErrUnknownFormat, format)
 	}
-	r := &Result{Revision: d.varint(), Succeeded: d.bool()}
-	if code := d.byte(); code != codeNone && d.err == nil {
-		msg := string(d.bytes())
+	r := &Result{Revision: d.Varint("revision"), Succeeded: d.bool()}
+	if code := d.Uint8("error code"); code != codeNone && d.Err() == nil {
+		msg := string(d.Bytes("error message", noMax))
 		sentinel, ok := codeErrors[code]
 		if !ok && code != codeOther {
-			d.fail("unknown error code")
+			d.Fail("unknown error code")
 		}
 		if sentinel == nil {
 			r.Err = errors.New(msg)
@@ -299,18 +327,18 @@ func DecodeResult(data []byte) (*Result, error) {
 			r.Err = &remoteError{msg: msg, sentinel: sentinel}
 		}
 	}
-	if n := d.count(4); n > 0 {
+	if n := d.Count("responses", 4); n > 0 {
 		r.Responses = make([]OpResponse, n)
 	}
 	for i := range r.Responses {
 		resp := &r.Responses[i]
-		resp.Type = OpType(d.byte())
-		resp.Deleted = d.varint()
+		resp.Type = OpType(d.Uint8("op type"))
+		resp.Deleted = d.Varint("deleted")
 		if d.bool() {
 			kv := d.kv(format)
 			resp.PrevKV = &kv
 		}
-		if n := d.count(5); n > 0 {
+		if n := d.Count("kvs", 5); n > 0 {
 			resp.KVs = make([]KeyValue, n)
 			for j := range resp.KVs {
 				resp.KVs[j] = d.kv(format)
@@ -318,7 +346,7 @@ func DecodeResult(data []byte) (*Result, error) {
 		}
 		resp.More = d.bool()
 	}
-	if err := d.finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -348,108 +376,32 @@ func appendKV(b []byte, kv KeyValue, format byte) []byte {
 	return b
 }
 
-// decoder reads the encodings above. The first problem sticks in err; later reads
-// return zero values, so decode functions check once at the end.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads the encodings above: a wire.Reader (the first problem sticks, wrapping
+// ErrCorrupt; later reads return zero values, so decode functions check once at the
+// end) with the few compound fields of this package.
+type decoder struct{ *wire.Reader }
 
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
-	}
-	d.b = nil
-}
+// noMax: the codec bounds byte strings by the bytes present only.
+const noMax = math.MaxUint64
 
-func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
-		d.fail("truncated")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
+func newDecoder(data []byte) decoder { return decoder{wire.NewReader(data, ErrCorrupt)} }
 
-func (d *decoder) bool() bool {
-	switch d.byte() {
+func (d decoder) bool() bool {
+	switch d.Uint8("bool") {
 	case 0:
 		return false
 	case 1:
 		return true
 	}
-	d.fail("bad bool")
+	d.Fail("bad bool")
 	return false
 }
 
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// count reads an element count and checks it against the bytes left, given that each
-// element takes at least minSize bytes.
-func (d *decoder) count(minSize int) int {
-	n := d.uvarint()
-	if d.err != nil {
-		return 0
-	}
-	if n > uint64(len(d.b)/minSize) {
-		d.fail("count exceeds data")
-		return 0
-	}
-	return int(n)
-}
-
-// bytes reads a length-prefixed byte string, aliasing the input; empty yields nil.
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("length exceeds data")
-		return nil
-	}
-	if n == 0 {
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) kv(format byte) KeyValue {
-	kv := KeyValue{Key: d.bytes(), Value: d.bytes(), CreateRevision: d.varint(),
-		ModRevision: d.varint(), Version: d.varint()}
+func (d decoder) kv(format byte) KeyValue {
+	kv := KeyValue{Key: d.Bytes("key", noMax), Value: d.Bytes("value", noMax), CreateRevision: d.Varint("create revision"),
+		ModRevision: d.Varint("mod revision"), Version: d.Varint("version")}
 	if format >= resultFormatV2 {
-		kv.Encoding = string(d.bytes())
+		kv.Encoding = string(d.Bytes("encoding", noMax))
 	}
 	return kv
-}
-
-func (d *decoder) finish() error {
-	if d.err != nil {
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
-	}
-	return nil
 }

@@ -22,6 +22,11 @@ func corpusCommands() []*Command {
 		}},
 		{Type: CmdCompact, Revision: 42},
 		{Type: CmdClusterMeta, ClusterID: "c", Secret: []byte("0123456789abcdef")},
+		{Type: CmdLeaseGrant, LeaseID: 7, LeaseTTL: 10000},
+		txn(Op{Type: OpPut, Key: []byte("l/1"), Value: []byte("x"), Lease: 7}, put("l/2", "y")),
+		{Type: CmdLeaseCheckpoint, Checkpoints: []LeaseCheckpoint{{ID: 7, Remaining: 4000}, {ID: 8, Remaining: 1}}},
+		{Type: CmdLeaseGrant, LeaseID: 8, LeaseTTL: 2000},
+		{Type: CmdLeaseRevoke, LeaseIDs: []int64{8, 9}},
 	}
 }
 

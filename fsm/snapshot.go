@@ -6,23 +6,30 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
 	"slices"
 
 	"github.com/google/btree"
+
+	"github.com/keel-kv/keel/internal/wire"
 )
 
-// Snapshot stream layout (format 2):
+// Snapshot stream layout (format 3):
 //
 //	"KEELSNAP" format:byte
 //	revision:varint compactRev:varint applied:uvarint clusterID:bytes secret:bytes
-//	{ key:bytes(non-empty) n:uvarint { value:bytes create:varint mod:varint version:varint encoding:bytes }×n }*
-//	0:uvarint (end of keys)  crc32c(everything before):4 bytes big-endian
+//	{ key:bytes(non-empty) n:uvarint { value:bytes create:varint mod:varint version:varint encoding:bytes lease:varint }×n }*
+//	0:uvarint (end of keys)
+//	m:uvarint { id:varint ttl:varint remaining:varint checkpointIndex:uvarint }×m (leases, ascending IDs)
+//	crc32c(everything before):4 bytes big-endian
 //
-// Format 1 (written by earlier releases, still restored) has no encoding per version:
-// its values are untagged.
+// A store in which no lease was ever granted writes format 2, so that nodes of v0.9.0
+// restore its snapshots during a rolling upgrade.
+// Format 2 (v0.9.0) has no lease per version and no lease list; format 1 (earlier
+// releases) has no encoding per version either: its values are untagged. Both are
+// still restored. The lease → keys index is not stored: Restore rebuilds it from the
+// live heads, and refuses a key attached to a lease the snapshot does not hold.
 // Keys are in ascending order and each history newest first, so Restore rebuilds the
 // tree in one pass and checks the order as it goes.
 
@@ -30,12 +37,17 @@ const (
 	snapshotMagic     = "KEELSNAP"
 	snapshotFormatV1  = byte(1)
 	snapshotFormatV2  = byte(2)
+	snapshotFormatV3  = byte(3)
 	maxSnapshotKey    = 1 << 20  // far above the API's 4 KiB key limit
 	maxSnapshotValue  = 64 << 20 // far above the API's value limit
 	maxSnapshotSecret = 1 << 10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errSnapshotCorrupt is what a snapshot's decoding errors wrap (and, through it,
+// ErrCorrupt).
+var errSnapshotCorrupt = fmt.Errorf("%w: snapshot", ErrCorrupt)
 
 // Snapshot is a point-in-time copy of the store taken in O(1); WriteTo streams it.
 type Snapshot struct {
@@ -57,7 +69,11 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(io.MultiWriter(cw, crc), 256<<10)
 	var b []byte
 	b = append(b, snapshotMagic...)
-	b = append(b, snapshotFormatV2)
+	format := snapshotFormatV2
+	if sn.st.ls.used {
+		format = snapshotFormatV3
+	}
+	b = append(b, format)
 	b = binary.AppendVarint(b, sn.st.revision)
 	b = binary.AppendVarint(b, sn.st.compactRev)
 	b = binary.AppendUvarint(b, sn.st.applied)
@@ -80,6 +96,9 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			b = binary.AppendVarint(b, v.mod)
 			b = binary.AppendVarint(b, v.version)
 			b = appendBytes(b, []byte(v.encoding))
+			if format >= snapshotFormatV3 {
+				b = binary.AppendVarint(b, v.lease)
+			}
 		}
 		_, werr = bw.Write(b)
 		return werr == nil
@@ -87,7 +106,18 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if werr != nil {
 		return cw.n, werr
 	}
-	if _, err := bw.Write([]byte{0}); err != nil {
+	b = append(b[:0], 0)
+	if format >= snapshotFormatV3 {
+		b = binary.AppendUvarint(b, uint64(sn.st.ls.leases.Len()))
+		sn.st.ls.leases.Ascend(func(l *Lease) bool {
+			b = binary.AppendVarint(b, l.ID)
+			b = binary.AppendVarint(b, l.TTL)
+			b = binary.AppendVarint(b, l.Remaining)
+			b = binary.AppendUvarint(b, l.CheckpointIndex)
+			return true
+		})
+	}
+	if _, err := bw.Write(b); err != nil {
 		return cw.n, err
 	}
 	if err := bw.Flush(); err != nil {
@@ -121,149 +151,73 @@ func (s *Store) Restore(r io.Reader) error {
 	defer s.mu.Unlock()
 	s.cur = st
 	s.pending = pending
+	s.restoredLocked()
 	s.publishLocked()
 	return nil
 }
 
-// snapReader reads the snapshot stream, feeding every byte it consumes to a CRC.
-type snapReader struct {
-	r   *bufio.Reader
-	crc hash.Hash32
-	err error
-}
-
-func (sr *snapReader) fail(format string, args ...any) {
-	if sr.err == nil {
-		sr.err = fmt.Errorf("%w: snapshot: %s", ErrCorrupt, fmt.Sprintf(format, args...))
-	}
-}
-
-func (sr *snapReader) ReadByte() (byte, error) {
-	c, err := sr.r.ReadByte()
-	if err == nil {
-		sr.crc.Write([]byte{c})
-	}
-	return c, err
-}
-
-func (sr *snapReader) full(p []byte) {
-	if sr.err != nil {
-		return
-	}
-	if _, err := io.ReadFull(sr.r, p); err != nil {
-		sr.fail("truncated")
-		return
-	}
-	sr.crc.Write(p)
-}
-
-func (sr *snapReader) uvarint() uint64 {
-	if sr.err != nil {
-		return 0
-	}
-	v, err := binary.ReadUvarint(sr)
-	if err != nil {
-		sr.fail("bad varint")
-	}
-	return v
-}
-
-func (sr *snapReader) varint() int64 {
-	if sr.err != nil {
-		return 0
-	}
-	v, err := binary.ReadVarint(sr)
-	if err != nil {
-		sr.fail("bad varint")
-	}
-	return v
-}
-
-func (sr *snapReader) bytes(max uint64, what string) []byte {
-	n := sr.uvarint()
-	if sr.err != nil {
-		return nil
-	}
-	if n > max {
-		sr.fail("%s of %d bytes exceeds %d", what, n, max)
-		return nil
-	}
-	if n == 0 {
-		return nil
-	}
-	if n <= 64<<10 {
-		p := make([]byte, n)
-		sr.full(p)
-		return p
-	}
-	// Grow as data arrives rather than trusting a large n, so a lying length costs
-	// nothing.
-	var buf bytes.Buffer
-	if _, err := io.CopyN(&buf, sr.r, int64(n)); err != nil {
-		sr.fail("truncated %s", what)
-		return nil
-	}
-	p := buf.Bytes()
-	sr.crc.Write(p)
-	return p
-}
-
 func readSnapshot(r io.Reader) (state, compactQueue, error) {
-	sr := &snapReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc32.New(castagnoli)}
-	head := make([]byte, len(snapshotMagic)+1)
-	sr.full(head)
-	if sr.err != nil || string(head[:len(snapshotMagic)]) != snapshotMagic {
+	br := bufio.NewReaderSize(r, 256<<10)
+	crc := crc32.New(castagnoli)
+	sr := wire.NewStreamReader(br, errSnapshotCorrupt, crc)
+	head := sr.Raw("magic", len(snapshotMagic)+1)
+	if sr.Err() != nil || string(head[:len(snapshotMagic)]) != snapshotMagic {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: bad magic", ErrCorrupt)
 	}
 	format := head[len(snapshotMagic)]
-	if format != snapshotFormatV1 && format != snapshotFormatV2 {
+	if format < snapshotFormatV1 || format > snapshotFormatV3 {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot format %d (this build reads %d..%d)",
-			ErrUnknownFormat, format, snapshotFormatV1, snapshotFormatV2)
+			ErrUnknownFormat, format, snapshotFormatV1, snapshotFormatV3)
 	}
-	st := state{tree: btree.NewG(btreeDegree, entryLess)}
-	st.revision = sr.varint()
-	st.compactRev = sr.varint()
-	st.applied = sr.uvarint()
-	st.clusterID = string(sr.bytes(maxSnapshotSecret, "cluster id"))
-	st.secret = sr.bytes(maxSnapshotSecret, "secret")
-	if sr.err == nil && (st.revision < 0 || st.compactRev < 0 || st.compactRev > st.revision) {
-		sr.fail("revision %d, compact revision %d", st.revision, st.compactRev)
+	st := state{tree: btree.NewG(btreeDegree, entryLess), ls: newLeaseState()}
+	st.revision = sr.Varint("revision")
+	st.compactRev = sr.Varint("compact revision")
+	st.applied = sr.Uvarint("applied index")
+	st.clusterID = string(sr.Bytes("cluster id", maxSnapshotSecret))
+	st.secret = sr.Bytes("secret", maxSnapshotSecret)
+	if sr.Err() == nil && (st.revision < 0 || st.compactRev < 0 || st.compactRev > st.revision) {
+		sr.Fail("revision %d, compact revision %d", st.revision, st.compactRev)
 	}
 	var pending []pendingKey
 	var prev []byte
-	for sr.err == nil {
-		key := sr.bytes(maxSnapshotKey, "key")
-		if sr.err != nil || key == nil {
+	for sr.Err() == nil {
+		key := sr.Bytes("key", maxSnapshotKey)
+		if sr.Err() != nil || key == nil {
 			break
 		}
 		if prev != nil && bytes.Compare(prev, key) >= 0 {
-			sr.fail("keys out of order at %q", key)
+			sr.Fail("keys out of order at %q", key)
 			break
 		}
 		prev = key
-		n := sr.uvarint()
-		if n == 0 && sr.err == nil {
-			sr.fail("key %q has no versions", key)
+		n := sr.Uvarint("version count")
+		if n == 0 && sr.Err() == nil {
+			sr.Fail("key %q has no versions", key)
 		}
 		var versions []*version
-		for i := uint64(0); i < n && sr.err == nil; i++ {
-			v := &version{value: sr.bytes(maxSnapshotValue, "value"), create: sr.varint(),
-				mod: sr.varint(), version: sr.varint()}
+		for i := uint64(0); i < n && sr.Err() == nil; i++ {
+			v := &version{value: sr.Bytes("value", maxSnapshotValue), create: sr.Varint("create revision"),
+				mod: sr.Varint("mod revision"), version: sr.Varint("version")}
 			if format >= snapshotFormatV2 {
-				v.encoding = string(sr.bytes(MaxEncodingLen, "encoding"))
+				v.encoding = string(sr.Bytes("encoding", MaxEncodingLen))
+			}
+			if format >= snapshotFormatV3 {
+				v.lease = sr.Varint("lease")
 			}
 			switch {
-			case sr.err != nil:
+			case sr.Err() != nil:
+			case v.lease < 0 || (v.lease != 0 && v.tombstone()):
+				sr.Fail("key %q: bad lease %d", key, v.lease)
 			case v.mod <= 0 || v.mod > st.revision:
-				sr.fail("key %q: mod revision %d outside (0, %d]", key, v.mod, st.revision)
+				sr.Fail("key %q: mod revision %d outside (0, %d]", key, v.mod, st.revision)
 			case len(versions) > 0 && v.mod >= versions[len(versions)-1].mod:
-				sr.fail("key %q: versions out of order", key)
+				sr.Fail("key %q: versions out of order", key)
 			case v.create < 0 || v.create > v.mod || (v.create == 0 && (v.version != 0 || v.value != nil || v.encoding != "")):
-				sr.fail("key %q: bad version metadata", key)
+				sr.Fail("key %q: bad version metadata", key)
 			}
 			versions = append(versions, v)
 		}
-		if sr.err != nil {
+		if sr.Err() != nil {
 			break
 		}
 		for i := len(versions) - 2; i >= 0; i-- {
@@ -283,20 +237,52 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 			st.encodings[head.encoding]++
 		}
 	}
-	if sr.err != nil {
-		return state{}, compactQueue{}, sr.err
+	if format >= snapshotFormatV3 {
+		st.ls.used = true
+		readSnapshotLeases(sr, &st)
 	}
-	want := sr.crc.Sum32()
+	if err := sr.Err(); err != nil {
+		return state{}, compactQueue{}, err
+	}
+	want := crc.Sum32()
 	var sum [4]byte
-	if _, err := io.ReadFull(sr.r, sum[:]); err != nil {
+	if _, err := io.ReadFull(br, sum[:]); err != nil {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: missing checksum", ErrCorrupt)
 	}
 	if binary.BigEndian.Uint32(sum[:]) != want {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: checksum mismatch", ErrCorrupt)
 	}
-	if _, err := sr.r.ReadByte(); !errors.Is(err, io.EOF) {
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: trailing data", ErrCorrupt)
 	}
 	slices.SortStableFunc(pending, func(a, b pendingKey) int { return cmpInt(a.rev, b.rev) })
 	return st, newCompactQueue(pending), nil
+}
+
+// readSnapshotLeases reads a format 3 snapshot's lease list into st and rebuilds the
+// lease → keys index.
+func readSnapshotLeases(sr *wire.Reader, st *state) {
+	n := sr.Uvarint("lease count")
+	var prev int64
+	for i := uint64(0); i < n && sr.Err() == nil; i++ {
+		l := &Lease{ID: sr.Varint("lease id"), TTL: sr.Varint("lease ttl"), Remaining: sr.Varint("lease remaining"),
+			CheckpointIndex: sr.Uvarint("lease checkpoint index")}
+		switch {
+		case sr.Err() != nil:
+			return
+		case l.ID <= prev:
+			sr.Fail("lease %d out of order", l.ID)
+			return
+		case !validLeaseTTL(l.TTL) || l.Remaining < 0 || l.Remaining > l.TTL || l.CheckpointIndex > st.applied:
+			sr.Fail("lease %d: bad TTL %d, remaining %d or checkpoint index %d", l.ID, l.TTL, l.Remaining, l.CheckpointIndex)
+			return
+		}
+		prev = l.ID
+		st.ls.leases.ReplaceOrInsert(l)
+	}
+	if sr.Err() == nil {
+		if err := rebuildAttachments(st); err != nil {
+			sr.Fail("%v", err)
+		}
+	}
 }

@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +23,7 @@ type version struct {
 	create   int64  // CreateRevision; 0 marks a tombstone (the key was deleted at mod)
 	mod      int64
 	version  int64
+	lease    int64 // Op.Lease of the put; 0 for none and for tombstones
 	next     *version
 }
 
@@ -46,6 +49,7 @@ type state struct {
 	// encodings counts live keys per encoding tag (never zero entries). The map is
 	// immutable once published; countLocked copies it on the first change after.
 	encodings map[string]int64
+	ls        leaseState // leases and the keys attached to them (lease.go)
 }
 
 // Store is keel's MVCC state machine: a copy-on-write B-tree of key histories with one
@@ -62,11 +66,14 @@ type Store struct {
 	view atomic.Pointer[View] // the latest published view
 
 	encOwned bool // cur.encodings is private to cur (not yet published); guarded by mu
+
+	hubPtr atomic.Pointer[hub] // watch fan-out (watch.go); nil until the first Watch
+	watch  watchState          // guarded by mu
 }
 
 // NewStore returns an empty store at revision 0.
 func NewStore() *Store {
-	s := &Store{cur: state{tree: btree.NewG(btreeDegree, entryLess)}}
+	s := &Store{cur: state{tree: btree.NewG(btreeDegree, entryLess), ls: newLeaseState()}}
 	s.publishLocked()
 	return s
 }
@@ -76,8 +83,10 @@ func NewStore() *Store {
 func (s *Store) publishLocked() {
 	st := s.cur
 	st.tree = s.cur.tree.Clone()
+	st.ls = s.cur.ls.clone()
 	s.encOwned = false
 	s.view.Store(&View{st: st})
+	s.flushEventsLocked()
 }
 
 // View returns an immutable view of the latest applied state in O(1). It stays valid
@@ -154,6 +163,13 @@ func (s *Store) applyLocked(index uint64, data []byte) *Result {
 		s.cur.applied = index
 	}
 	cmd, err := DecodeCommand(data)
+	if errors.Is(err, ErrUnknownFormat) {
+		// A committed entry of a newer release. The replicas that can read it apply
+		// it; skipping it here would make this replica diverge without a word. Stop
+		// instead, at every restart, until the node runs a release that reads it.
+		panic(fmt.Sprintf("fsm: cannot apply committed log entry %d: %v: this node runs an older release "+
+			"than the one that wrote it; upgrade it (see docs/compatibility.md)", index, err))
+	}
 	if err != nil {
 		return &Result{Revision: s.cur.revision, Err: err}
 	}
@@ -172,154 +188,13 @@ func (s *Store) execLocked(cmd *Command) *Result {
 			s.cur.secret = append([]byte(nil), cmd.Secret...)
 		}
 		return &Result{Revision: s.cur.revision, Succeeded: true}
+	case CmdLeaseGrant:
+		return s.leaseGrantLocked(cmd.LeaseID, cmd.LeaseTTL)
+	case CmdLeaseRevoke:
+		return s.leaseRevokeLocked(cmd.LeaseIDs)
+	case CmdLeaseCheckpoint:
+		return s.leaseCheckpointLocked(cmd.Checkpoints)
 	default:
 		return &Result{Revision: s.cur.revision, Err: ErrInvalidCommand}
 	}
 }
-
-// compactLocked records a new compact revision. Reads below it fail at once; the
-// superseded versions themselves are reclaimed later, in bounded steps, by CompactStep.
-func (s *Store) compactLocked(rev int64) *Result {
-	switch {
-	case rev <= s.cur.compactRev:
-		return &Result{Revision: s.cur.revision, Err: ErrCompacted}
-	case rev > s.cur.revision:
-		return &Result{Revision: s.cur.revision, Err: ErrFutureRevision}
-	}
-	s.cur.compactRev = rev
-	return &Result{Revision: s.cur.revision, Succeeded: true}
-}
-
-// CompactStep processes queued supersessions below the compact revision until it has
-// processed max of them or dropped at least max versions, returns how many versions it
-// dropped and reports whether more are waiting. Each write that superseded a version
-// queued one entry, so the work is proportional to what is removed (plus a B-tree
-// lookup per entry), never to the size of the keyspace. The first entry of a key drops
-// all of that key's old versions at once, so counting entries alone would let one step
-// drop max × (versions per key); it holds the write lock for one short step only, so
-// callers interleave it with writes.
-func (s *Store) CompactStep(max int) (removed int, more bool) {
-	if max <= 0 {
-		max = 1
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	touched := false
-	for i := 0; i < max && removed < max; i++ {
-		p, ok := s.pending.peek()
-		if !ok || p.rev > s.cur.compactRev {
-			break
-		}
-		s.pending.pop()
-		removed += s.trimLocked(p.key, s.cur.compactRev)
-		touched = true
-	}
-	if touched {
-		s.publishLocked()
-	}
-	p, ok := s.pending.peek()
-	return removed, ok && p.rev <= s.cur.compactRev
-}
-
-// trimLocked drops the versions of key that no read at or after rev can see: every
-// version older than the newest one at or below rev, and that one too if it is a
-// tombstone. It returns how many versions it dropped.
-func (s *Store) trimLocked(key []byte, rev int64) int {
-	e, ok := s.cur.tree.Get(&entry{key: key})
-	if !ok {
-		return 0
-	}
-	// Find the newest version at or below rev; everything after it is invisible.
-	var keep []*version
-	v := e.hist
-	for v != nil && v.mod > rev {
-		keep = append(keep, v)
-		v = v.next
-	}
-	if v == nil {
-		return 0
-	}
-	dropped := 0
-	for o := v.next; o != nil; o = o.next {
-		dropped++
-	}
-	if v.tombstone() {
-		dropped++
-	} else {
-		keep = append(keep, v)
-	}
-	if dropped == 0 {
-		return 0
-	}
-	if len(keep) == 0 {
-		s.cur.tree.Delete(e)
-		return dropped
-	}
-	// Copy the kept prefix: its old nodes are shared with views.
-	var hist *version
-	for i := len(keep) - 1; i >= 0; i-- {
-		c := *keep[i]
-		c.next = hist
-		hist = &c
-	}
-	s.cur.tree.ReplaceOrInsert(&entry{key: e.key, hist: hist})
-	return dropped
-}
-
-// compactQueue is a FIFO of (superseding revision, key). Revisions are appended in
-// increasing order, so the queue is sorted without any work. It is a list of
-// fixed-size blocks: a push or a pop never copies the queue (which holds an entry per
-// superseded version, millions under heavy overwrites) while the store lock is held.
-type compactQueue struct {
-	blocks [][]pendingKey // blocks[0][head:] is the front; only the last block has room
-	head   int
-	n      int
-}
-
-const compactBlock = 4096
-
-type pendingKey struct {
-	rev int64
-	key []byte
-}
-
-// newCompactQueue returns a queue holding items, in order.
-func newCompactQueue(items []pendingKey) compactQueue {
-	var q compactQueue
-	for _, it := range items {
-		q.push(it.rev, it.key)
-	}
-	return q
-}
-
-func (q *compactQueue) push(rev int64, key []byte) {
-	if len(q.blocks) == 0 || len(q.blocks[len(q.blocks)-1]) == compactBlock {
-		q.blocks = append(q.blocks, make([]pendingKey, 0, compactBlock))
-	}
-	last := len(q.blocks) - 1
-	q.blocks[last] = append(q.blocks[last], pendingKey{rev: rev, key: key})
-	q.n++
-}
-
-func (q *compactQueue) peek() (pendingKey, bool) {
-	if q.n == 0 {
-		return pendingKey{}, false
-	}
-	return q.blocks[0][q.head], true
-}
-
-func (q *compactQueue) pop() {
-	if q.n == 0 {
-		return
-	}
-	q.blocks[0][q.head] = pendingKey{}
-	q.head++
-	q.n--
-	if q.head == len(q.blocks[0]) && (len(q.blocks) > 1 || q.head == compactBlock) {
-		q.blocks[0] = nil
-		q.blocks = q.blocks[1:]
-		q.head = 0
-	}
-}
-
-func (q *compactQueue) len() int { return q.n }

@@ -10,6 +10,10 @@ import (
 // txnLocked validates t, evaluates its compares against the latest state and runs the
 // chosen branch. Every write of the branch gets revision+1; the revision advances only
 // if something was written.
+//
+// A branch that writes one key twice (see CheckDuplicateKeys) is applied, op by op: the
+// API refuses such transactions before proposing them, but the log may hold ones
+// written by an older release, and replicas must agree on every entry.
 func (s *Store) txnLocked(t *Txn) *Result {
 	if err := validateTxn(t); err != nil {
 		return &Result{Revision: s.cur.revision, Err: err}
@@ -25,6 +29,9 @@ func (s *Store) txnLocked(t *Txn) *Result {
 	if !ok {
 		ops = t.Failure
 	}
+	if err := s.checkLeasesLocked(ops); err != nil {
+		return &Result{Revision: s.cur.revision, Err: err}
+	}
 	rev := s.cur.revision + 1
 	wrote := false
 	resps := make([]OpResponse, 0, len(ops))
@@ -35,13 +42,13 @@ func (s *Store) txnLocked(t *Txn) *Result {
 			if prev, live := s.liveLocked(op.Key); live {
 				r.PrevKV = &prev
 			}
-			s.writeLocked(op.Key, op.Value, op.Encoding, rev, false)
+			s.writeLocked(op.Key, op.Value, op.Encoding, op.Lease, rev, false)
 			wrote = true
 		case OpDelete:
 			if prev, live := s.liveLocked(op.Key); live {
 				r.PrevKV = &prev
 				r.Deleted = 1
-				s.writeLocked(op.Key, nil, "", rev, true)
+				s.writeLocked(op.Key, nil, "", 0, rev, true)
 				wrote = true
 			}
 		case OpDeleteRange:
@@ -53,7 +60,7 @@ func (s *Store) txnLocked(t *Txn) *Result {
 				return true
 			})
 			for _, k := range keys {
-				s.writeLocked(k, nil, "", rev, true)
+				s.writeLocked(k, nil, "", 0, rev, true)
 			}
 			r.Deleted = int64(len(keys))
 			wrote = wrote || len(keys) > 0
@@ -81,6 +88,7 @@ func (s *Store) txnLocked(t *Txn) *Result {
 	if wrote {
 		s.cur.revision = rev
 	}
+	s.eventsLocked(rev, wrote)
 	return &Result{Revision: s.cur.revision, Succeeded: ok, Responses: resps}
 }
 
@@ -121,6 +129,9 @@ func validateTxn(t *Txn) error {
 func validateOp(op Op) error {
 	if op.Encoding != "" && op.Type != OpPut {
 		return fmt.Errorf("encoding tag on a non-put op")
+	}
+	if op.Lease != 0 && (op.Type != OpPut || op.Lease < 0) {
+		return fmt.Errorf("lease %d on a %s op", op.Lease, map[bool]string{true: "put", false: "non-put"}[op.Type == OpPut])
 	}
 	if len(op.Encoding) > MaxEncodingLen || !utf8.ValidString(op.Encoding) {
 		return fmt.Errorf("encoding tag is not UTF-8 of at most %d bytes", MaxEncodingLen)
@@ -209,10 +220,16 @@ func (s *Store) ascend(start, end []byte, fn func(*entry) bool) {
 
 // writeLocked links a new version of key at rev: a value tagged enc, or a tombstone
 // when tomb is set. It keeps the per-encoding live-key counts: the live head it
-// replaces stops counting, the new live version starts. Writes within one transaction apply in order (a second put of a key bumps its
-// version again, as in etcd), but one revision keeps one version per key: a later write
-// of the same transaction replaces the earlier one's version.
-func (s *Store) writeLocked(key, value []byte, enc string, rev int64, tomb bool) {
+// replaces stops counting, the new live version starts. Writes within one transaction
+// apply in order, and one revision keeps one version per key: a later write of the same
+// transaction replaces the earlier one's version (a second put of a key bumps its
+// version again). etcd refuses such transactions, and so does keel's API
+// (CheckDuplicateKeys); the store still applies them, for log entries that hold them.
+//
+// It keeps the lease attachments too: the key leaves its head's lease and joins lease
+// (0 = none) unless it becomes a tombstone.
+func (s *Store) writeLocked(key, value []byte, enc string, lease int64, rev int64, tomb bool) {
+	s.noteWriteLocked(key)
 	e, found := s.cur.tree.Get(&entry{key: key})
 	var head, base *version // head: latest version; base: latest before this revision
 	if found {
@@ -228,11 +245,16 @@ func (s *Store) writeLocked(key, value []byte, enc string, rev int64, tomb bool)
 	if tomb && !headLive {
 		return
 	}
+	var oldLease int64
 	if headLive {
 		s.countLocked(head.encoding, -1)
+		oldLease = head.lease
 	}
 	if !tomb {
 		s.countLocked(enc, +1)
+		s.attachLocked(key, oldLease, lease)
+	} else {
+		s.attachLocked(key, oldLease, 0)
 	}
 	var nv *version
 	switch {
@@ -247,9 +269,9 @@ func (s *Store) writeLocked(key, value []byte, enc string, rev int64, tomb bool)
 	case tomb:
 		nv = &version{mod: rev, next: base}
 	case headLive:
-		nv = &version{value: value, encoding: enc, create: head.create, mod: rev, version: head.version + 1, next: base}
+		nv = &version{value: value, encoding: enc, lease: lease, create: head.create, mod: rev, version: head.version + 1, next: base}
 	default:
-		nv = &version{value: value, encoding: enc, create: rev, mod: rev, version: 1, next: base}
+		nv = &version{value: value, encoding: enc, lease: lease, create: rev, mod: rev, version: 1, next: base}
 	}
 	if base != nil && head == base {
 		// base is superseded by rev: once rev is compacted, base can go.
@@ -259,7 +281,7 @@ func (s *Store) writeLocked(key, value []byte, enc string, rev int64, tomb bool)
 }
 
 func (v *version) keyValue(key []byte) KeyValue {
-	return KeyValue{Key: key, Value: v.value, CreateRevision: v.create, ModRevision: v.mod, Version: v.version, Encoding: v.encoding}
+	return KeyValue{Key: key, Value: v.value, CreateRevision: v.create, ModRevision: v.mod, Version: v.version, Encoding: v.encoding, Lease: v.lease}
 }
 
 // countLocked adds delta to the live-key count of encoding tag enc ("" is not counted).

@@ -12,12 +12,26 @@ var (
 	ErrKeyNotFound = errors.New("fsm: key not found")
 	// ErrTooManyOps: a transaction holds more than MaxTxnOps operations.
 	ErrTooManyOps = errors.New("fsm: too many operations in transaction")
+	// ErrDuplicateKey: one branch of a transaction writes a key twice (see
+	// CheckDuplicateKeys).
+	ErrDuplicateKey = errors.New("fsm: duplicate key given in transaction")
 	// ErrInvalidCommand: a command is malformed (empty key, bad op, range end <= start ...).
 	ErrInvalidCommand = errors.New("fsm: invalid command")
 	// ErrUnknownFormat: bytes carry a format version this build cannot decode.
 	ErrUnknownFormat = errors.New("fsm: unknown format version")
 	// ErrCorrupt: bytes (command, result or snapshot) cannot be decoded.
 	ErrCorrupt = errors.New("fsm: corrupt data")
+	// ErrSlowWatcher: a watcher's queue reached its bound; the watch ended (WatchError).
+	ErrSlowWatcher = errors.New("fsm: watcher too slow, its buffer is full")
+	// ErrWatchRestored: the store was restored from a snapshot; the watch ended.
+	ErrWatchRestored = errors.New("fsm: store restored from a snapshot")
+	// ErrWatchClosed: Next was called on a closed watcher.
+	ErrWatchClosed = errors.New("fsm: watcher closed")
+	// ErrLeaseNotFound: a put or a keepalive names a lease that does not exist (never
+	// granted, revoked or expired); nothing was written.
+	ErrLeaseNotFound = errors.New("fsm: lease not found")
+	// ErrLeaseExists: a grant names a lease ID already in use; nothing was written.
+	ErrLeaseExists = errors.New("fsm: lease already exists")
 )
 
 // MaxTxnOps bounds compares + success ops + failure ops of one transaction... each list
@@ -36,6 +50,9 @@ type KeyValue struct {
 	Version        int64 // writes to the key since creation (1 after create); 0 = absent
 	// Encoding is the tag the writer gave the value (Op.Encoding), "" when untagged.
 	Encoding string
+	// Lease is the lease the key is attached to (Op.Lease), 0 for none. Results
+	// forwarded from another node (EncodeResult) do not carry it.
+	Lease int64
 }
 
 // OpType is the kind of one operation inside a transaction.
@@ -60,6 +77,11 @@ type Op struct {
 	// live keys per tag (View.Encodings), so the set of encodings in use is known exactly
 	// at every revision. A tagged command needs CommandFormatV2.
 	Encoding string
+	// Lease attaches the key of an OpPut to a lease (see lease.go); 0 attaches it to
+	// none, so a put without a lease detaches the key. The whole transaction fails
+	// with ErrLeaseNotFound, writing nothing, if the lease does not exist. A command
+	// with a lease needs CommandFormatV3.
+	Lease int64
 }
 
 // MaxEncodingLen bounds Op.Encoding.
@@ -111,6 +133,10 @@ const (
 	CmdTxn         CommandType = 1 // run Command.Txn
 	CmdCompact     CommandType = 2 // compact history up to Command.Revision (inclusive)
 	CmdClusterMeta CommandType = 3 // set cluster ID and secret once; later ones are no-ops
+	// Lease commands (CommandFormatV3, see lease.go).
+	CmdLeaseGrant      CommandType = 4 // create lease Command.LeaseID with Command.LeaseTTL
+	CmdLeaseRevoke     CommandType = 5 // delete leases Command.LeaseIDs and their keys at one revision
+	CmdLeaseCheckpoint CommandType = 6 // set Remaining of leases (Command.Checkpoints)
 )
 
 // Command is what a client asks the replicated state machine to do. It is encoded with
@@ -121,6 +147,11 @@ type Command struct {
 	Revision  int64 // CmdCompact
 	ClusterID string
 	Secret    []byte // CmdClusterMeta: the secret that authenticates continue tokens
+
+	LeaseID     int64             // CmdLeaseGrant
+	LeaseTTL    int64             // CmdLeaseGrant, milliseconds
+	LeaseIDs    []int64           // CmdLeaseRevoke
+	Checkpoints []LeaseCheckpoint // CmdLeaseCheckpoint
 }
 
 // OpResponse is the outcome of one executed Op, in the order the ops ran.

@@ -133,6 +133,16 @@ func (v *View) Hash() uint64 {
 		if e.hist.encoding != "" {
 			h.Write([]byte(e.hist.encoding))
 		}
+		if e.hist.lease != 0 {
+			h.Write(binary.AppendVarint(buf[:0], e.hist.lease))
+		}
+		return true
+	})
+	v.st.ls.leases.Ascend(func(l *Lease) bool {
+		b := binary.AppendVarint(buf[:0], l.ID)
+		b = binary.AppendVarint(b, l.TTL)
+		b = binary.AppendVarint(b, l.Remaining)
+		h.Write(binary.AppendUvarint(b, l.CheckpointIndex))
 		return true
 	})
 	return h.Sum64()

@@ -1,22 +1,27 @@
 package kv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/raft"
-	"github.com/keel-kv/keel/versions"
 )
 
 // apply replicates cmd and folds the state machine's own error (Result.Err) into the
 // returned error, so callers see one error whether replication or the command failed.
+// Every write of the API goes through it, so it refuses here, before anything is
+// proposed, a transaction branch that writes a key twice (fsm.ErrDuplicateKey): the
+// state machine itself still applies such entries (see fsm.CheckDuplicateKeys).
 func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+	if cmd.Type == fsm.CmdTxn {
+		if err := fsm.CheckDuplicateKeys(cmd.Txn); err != nil {
+			return nil, err
+		}
+	}
 	res, err := s.store.Apply(ctx, cmd)
 	if err != nil {
-		return nil, fmt.Errorf("apply: %w", err)
+		return nil, fmt.Errorf("apply: %w", leaseFormatError(err))
 	}
 	if res == nil {
 		return nil, errors.New("apply: store returned no result")
@@ -27,44 +32,22 @@ func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, erro
 	return res, nil
 }
 
-// applyTxn applies a transaction of the KV API as one command. Keys under
-// versions.SystemPrefix are keel's own records (StorageVersion, StorageState): the KV
-// API reads them but never writes them.
+// applyTxn applies a transaction of the KV API as one command, refusing writes to
+// reserved keys (checkReservedWrites): keel's own records and typed resources.
 func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
-	if err := checkSystemWrites(txn); err != nil {
+	if err := s.checkReservedWrites(txn); err != nil {
 		return nil, err
 	}
 	return s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
-}
-
-func checkSystemWrites(txn *fsm.Txn) error {
-	sys := []byte(versions.SystemPrefix)
-	sysEnd := fsm.PrefixEnd(sys)
-	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
-		for _, op := range ops {
-			hit := false
-			switch op.Type {
-			case fsm.OpPut, fsm.OpDelete:
-				hit = bytes.HasPrefix(op.Key, sys)
-			case fsm.OpDeleteRange:
-				hit = bytes.Compare(op.Key, sysEnd) < 0 && (len(op.End) == 0 || bytes.Compare(op.End, sys) > 0)
-			}
-			if hit {
-				return fmt.Errorf("%w: keys under %q are keel's own records and cannot be written through the KV API",
-					ErrInvalidKey, versions.SystemPrefix)
-			}
-		}
-	}
-	return nil
 }
 
 // viewAt returns a view that can answer reads at rev with consistency c. A read at an
 // explicit revision that this node has already applied needs no round trip to the
 // leader: revision rev is immutable once applied, so the local view answers it exactly
 // as the leader would. Otherwise the view has consistency c.
-func (s *Server) viewAt(ctx context.Context, c raft.Consistency, rev int64) (*fsm.View, error) {
-	if rev > 0 && c == raft.Linearizable {
-		if v, err := s.store.View(ctx, raft.Serializable); err == nil && v.Revision() >= rev {
+func (s *Server) viewAt(ctx context.Context, c fsm.Consistency, rev int64) (*fsm.View, error) {
+	if rev > 0 && c == fsm.Linearizable {
+		if v, err := s.store.View(ctx, fsm.Serializable); err == nil && v.Revision() >= rev {
 			return v, nil
 		}
 	}

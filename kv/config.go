@@ -40,7 +40,18 @@ type Config struct {
 	SecretWait time.Duration
 	// RetryAfter is the Retry-After (whole seconds, at least 1) sent with 503 and 504.
 	RetryAfter time.Duration
+	// MaxWatches bounds the watches one node serves at once: 429 above it.
+	MaxWatches int
+	// WatchBuffer bounds the events queued for one watch and not yet written to its
+	// connection; a watch whose buffer fills ends with reason SlowWatcher.
+	WatchBuffer int
 }
+
+// MaxRequestBytesLimit is the most MaxValueBytes and MaxTxnBodyBytes may be set to.
+// One request becomes one Raft log entry, and the log refuses an entry over
+// wal.MaxRecordBytes (256 MiB) — after the request was accepted, as a failed write.
+// A quarter of that leaves room for the command's encoding around the body.
+const MaxRequestBytesLimit = 64 << 20
 
 // DefaultConfig returns the default configuration.
 func DefaultConfig() Config {
@@ -59,6 +70,8 @@ func DefaultConfig() Config {
 		IdleTimeout:       2 * time.Minute,
 		SecretWait:        2 * time.Second,
 		RetryAfter:        time.Second,
+		MaxWatches:        10000,
+		WatchBuffer:       1024,
 	}
 }
 
@@ -73,6 +86,10 @@ func (c Config) Validate() error {
 	}
 	if c.MaxValueBytes < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxValueBytes %d must be >= 1", c.MaxValueBytes))
+	}
+	if c.MaxValueBytes > MaxRequestBytesLimit || c.MaxTxnBodyBytes > MaxRequestBytesLimit {
+		errs = append(errs, fmt.Errorf("kv: MaxValueBytes %d and MaxTxnBodyBytes %d must be <= %d (MiB %d): one request becomes one Raft log entry",
+			c.MaxValueBytes, c.MaxTxnBodyBytes, MaxRequestBytesLimit, MaxRequestBytesLimit>>20))
 	}
 	if c.MaxTxnBodyBytes < c.MaxValueBytes {
 		errs = append(errs, fmt.Errorf("kv: MaxTxnBodyBytes %d must be >= MaxValueBytes %d",
@@ -104,6 +121,9 @@ func (c Config) Validate() error {
 	}
 	if c.SecretWait <= 0 {
 		errs = append(errs, fmt.Errorf("kv: SecretWait %v must be > 0", c.SecretWait))
+	}
+	if c.MaxWatches < 0 || c.WatchBuffer < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxWatches %d must be >= 0 and WatchBuffer %d >= 1", c.MaxWatches, c.WatchBuffer))
 	}
 	if c.RetryAfter < time.Second {
 		errs = append(errs, fmt.Errorf("kv: RetryAfter %v must be >= 1s", c.RetryAfter))

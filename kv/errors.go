@@ -27,6 +27,12 @@ var (
 	ErrTooLarge = errors.New("kv: request too large")
 	// ErrConflict: a compare-and-swap guard failed; nothing was written.
 	ErrConflict = errors.New("kv: compare failed")
+	// ErrDowngraded: storing an object would lose values (see versions.Write); nothing
+	// was written. ?force=true accepts the loss.
+	ErrDowngraded = errors.New("kv: write would lose data")
+	// ErrReservedPrefix: a KV API write touches a typed resource's keys or keel's own
+	// records; nothing was written.
+	ErrReservedPrefix = errors.New("kv: reserved key prefix")
 	// ErrNotReady: the node cannot serve the request yet (no cluster secret, a
 	// readiness check failing).
 	ErrNotReady = errors.New("kv: node not ready")
@@ -34,6 +40,8 @@ var (
 	ErrNoRoute = errors.New("kv: no such route")
 	// ErrMethodNotAllowed: the route exists but not for the request's method.
 	ErrMethodNotAllowed = errors.New("kv: method not allowed")
+	// ErrTooManyWatches: the node already serves Config.MaxWatches watches.
+	ErrTooManyWatches = errors.New("kv: too many watches")
 )
 
 // expiredError is a 410 that carries an inconsistent continue token.
@@ -53,11 +61,19 @@ func classify(err error) (code int, reason string) {
 		return http.StatusBadRequest, api.ReasonInvalidContinueToken
 	case errors.Is(err, fsm.ErrFutureRevision):
 		return http.StatusBadRequest, api.ReasonFutureRevision
+	case errors.Is(err, fsm.ErrDuplicateKey):
+		return http.StatusBadRequest, api.ReasonDuplicateKey
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidParam),
 		errors.Is(err, ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand),
 		errors.Is(err, fsm.ErrTooManyOps), errors.Is(err, versions.ErrBadObject),
 		errors.Is(err, versions.ErrConversion):
 		return http.StatusBadRequest, api.ReasonBadRequest
+	case errors.Is(err, ErrReservedPrefix):
+		return http.StatusForbidden, api.ReasonReservedPrefix
+	case errors.Is(err, ErrDowngraded):
+		return http.StatusConflict, api.ReasonDowngraded
+	case errors.Is(err, fsm.ErrLeaseNotFound):
+		return http.StatusNotFound, api.ReasonLeaseNotFound
 	case errors.Is(err, fsm.ErrKeyNotFound), errors.Is(err, ErrNoRoute):
 		return http.StatusNotFound, api.ReasonNotFound
 	case errors.Is(err, ErrMethodNotAllowed):
@@ -66,10 +82,13 @@ func classify(err error) (code int, reason string) {
 		return http.StatusConflict, api.ReasonConflict
 	case errors.Is(err, fsm.ErrCompacted):
 		return http.StatusGone, api.ReasonResourceExpired
+	case errors.Is(err, ErrTooManyWatches):
+		return http.StatusTooManyRequests, api.ReasonTooManyWatches
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.ReasonTooLarge
-	case errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrNotLeader),
-		errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
+	case errors.Is(err, raft.ErrNoLeader):
+		return http.StatusServiceUnavailable, api.ReasonNoLeader
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
 		errors.Is(err, versions.ErrNotRegistered), errors.Is(err, versions.ErrNoCommonEncoding),
 		errors.Is(err, versions.ErrUndecodable):
 		return http.StatusServiceUnavailable, api.ReasonUnavailable
@@ -86,7 +105,7 @@ func classify(err error) (code int, reason string) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	body := errorBody(err, r.Method != http.MethodGet)
 	switch body.Code {
-	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
 	case http.StatusInternalServerError:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
@@ -103,8 +122,12 @@ func errorBody(err error, write bool) api.Error {
 	if errors.As(err, &expired) {
 		body.Continue = expired.cont
 	}
+	var werr *fsm.WatchError
+	if errors.As(err, &werr) {
+		body.CompactRevision = werr.CompactRevision
+	}
 	if (code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout) &&
-		reason != api.ReasonUnavailable && write {
+		reason != api.ReasonUnavailable && reason != api.ReasonNoLeader && write {
 		body.Message += "; the outcome of the write is unknown: it may or may not be applied"
 	}
 	return body

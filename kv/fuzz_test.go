@@ -74,8 +74,9 @@ func FuzzTxnBody(f *testing.F) {
 }
 
 // FuzzResourceObject: any PUT body either fails as a 400 (ErrInvalidBody) or yields an
-// object with the path's apiVersion and name and no metadata.revision, which converts
-// to the stored version and back without error or panic.
+// object with the path's apiVersion and name and no metadata.revision or
+// metadata.downgraded, which PrepareWrite either refuses (ErrConversion) or stores in
+// a form that reads back in every served version.
 func FuzzResourceObject(f *testing.F) {
 	s, err := versions.LoadSchema("testdata/widgets-v1v2.yaml")
 	if err != nil {
@@ -83,11 +84,12 @@ func FuzzResourceObject(f *testing.F) {
 	}
 	q := resourceReq{r: s.Resources[0], version: "v1", name: "w"}
 	for _, seed := range []string{`{}`, `{"spec":{"size":3}}`, `{"apiVersion":"apps/v1","metadata":{"name":"w","revision":7}}`,
-		`{"metadata":{"revision":"7"}}`, `{"spec":{"size":1,"replicas":2}}`, `[1]`, `{"spec":[]}`, `{"metadata":null}`} {
+		`{"metadata":{"revision":"7"}}`, `{"spec":{"size":1,"replicas":2}}`, `[1]`, `{"spec":[]}`, `{"metadata":null}`,
+		`{"metadata":{"downgraded":true}}`, `{"metadata":{"downgraded":"yes"}}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		obj, rev, err := validateObject(q, body)
+		obj, rev, _, err := validateObject(q, body)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidBody) {
 				t.Fatalf("error %v is not ErrInvalidBody", err)
@@ -95,15 +97,20 @@ func FuzzResourceObject(f *testing.F) {
 			return
 		}
 		meta := obj["metadata"].(map[string]any)
-		if obj["apiVersion"] != "apps/v1" || meta["name"] != "w" || meta["revision"] != nil || rev < 0 {
+		if obj["apiVersion"] != "apps/v1" || meta["name"] != "w" || meta["revision"] != nil || meta["downgraded"] != nil || rev < 0 {
 			t.Fatalf("accepted %s as %v (revision %d)", body, obj, rev)
 		}
-		stored, _, err := q.r.Convert(obj, "v1", "v2")
+		w, err := q.r.PrepareWrite(obj, "v1", nil, "", "v2")
 		if err != nil {
-			return // a conversion conflict: the handler answers 400
+			if !errors.Is(err, versions.ErrConversion) {
+				t.Fatalf("%s: %v", body, err)
+			}
+			return // the handler answers 400
 		}
-		if _, _, err := q.r.Convert(stored, "v2", "v1"); err != nil {
-			t.Fatalf("%s: v2 → v1 after v1 → v2: %v", body, err)
+		for _, v := range q.r.Served() {
+			if _, _, err := q.r.View(w.Object, "v2", v, "v2"); err != nil {
+				t.Fatalf("%s: stored as %v, not readable as %s: %v", body, w.Object, v, err)
+			}
 		}
 	})
 }

@@ -1,16 +1,16 @@
 package kv
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/keel-kv/keel/raft"
 )
 
 // limits are the input bounds every request is checked against before anything is
@@ -46,20 +46,47 @@ func (l limits) checkValue(n int) error {
 	return nil
 }
 
+// drainFactor bounds how much of an oversized body is read and discarded before the
+// 413, as a multiple of the limit: beyond it the connection is closed instead.
+const drainFactor = 4
+
 // readBody reads at most max bytes of r's body; a longer body is ErrTooLarge.
+//
+// A client that does not send "Expect: 100-continue" (curl does for large bodies;
+// Go's http.Client and Python's urllib do not) is still writing its body when the
+// answer is decided. Closing the connection then shows it a connection reset rather
+// than the 413, so the body is read and discarded up to drainFactor times max, and
+// only a longer one closes the connection. A client that did send the Expect header
+// is answered at once: it has sent nothing yet and waits for the verdict.
 func readBody(w http.ResponseWriter, r *http.Request, max int64, what string) ([]byte, error) {
 	if r.ContentLength > max {
+		drainBody(w, r, max)
 		return nil, fmt.Errorf("%w: %s is %d bytes, more than the maximum %d", ErrTooLarge, what, r.ContentLength, max)
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, fmt.Errorf("%w: %s is more than the maximum %d bytes", ErrTooLarge, what, max)
-	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %v", ErrInvalidBody, what, err)
 	}
+	if int64(len(b)) > max {
+		drainBody(w, r, max)
+		return nil, fmt.Errorf("%w: %s is more than the maximum %d bytes", ErrTooLarge, what, max)
+	}
 	return b, nil
+}
+
+// drainBody discards the rest of an oversized body so that the client, done writing,
+// reads the answer; a body longer than drainFactor·max, or one the client has not sent
+// yet (Expect: 100-continue), is not read and the connection closes after the answer.
+func drainBody(w http.ResponseWriter, r *http.Request, max int64) {
+	bound := drainFactor * max
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") || r.ContentLength > bound {
+		w.Header().Set("Connection", "close")
+		return
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(r.Body, bound+1))
+	if err != nil || n > bound {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // params is a request's query, checked against the parameters its route accepts.
@@ -128,12 +155,12 @@ func (p params) int64(name string, min, def int64) (int64, error) {
 }
 
 // consistency parses ?consistency=; absent = linearizable.
-func (p params) consistency() (raft.Consistency, error) {
+func (p params) consistency() (fsm.Consistency, error) {
 	switch v := p.q.Get(api.ParamConsistency); v {
 	case "", api.ConsistencyLinearizable:
-		return raft.Linearizable, nil
+		return fsm.Linearizable, nil
 	case api.ConsistencySerializable:
-		return raft.Serializable, nil
+		return fsm.Serializable, nil
 	default:
 		return 0, fmt.Errorf("%w: %s=%q must be %q or %q", ErrInvalidParam, api.ParamConsistency, v,
 			api.ConsistencyLinearizable, api.ConsistencySerializable)

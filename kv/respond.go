@@ -43,6 +43,7 @@ func (s *Server) routes() {
 		http.MethodPut:    s.handlePut,
 		http.MethodDelete: s.handleDelete,
 	})
+	s.route(api.PathWatch+"{key...}", map[string]handlerFunc{http.MethodGet: s.handleWatch})
 	s.route(api.PathStream, map[string]handlerFunc{http.MethodGet: s.handleStream})
 	s.route(api.PathTxn, map[string]handlerFunc{http.MethodPost: s.handleTxn})
 	s.route(api.PathCompact, map[string]handlerFunc{http.MethodPost: s.handleCompact})
@@ -50,6 +51,7 @@ func (s *Server) routes() {
 	s.route(api.PathHealth, map[string]handlerFunc{http.MethodGet: s.handleHealth})
 	s.route(api.PathReady, map[string]handlerFunc{http.MethodGet: s.handleReady})
 	s.apiRoutes()
+	s.leaseRoutes()
 	s.mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return ErrNoRoute
 	}))

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/buildinfo"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/keel-kv/keel/raft"
 )
 
 // handleStatus serves GET /v1/status from local state; it never waits for a leader.
@@ -20,18 +21,21 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	st := s.store.Status()
 	resp := api.StatusResponse{
-		NodeID: st.NodeID, State: fmt.Sprint(st.State), LeaderID: st.LeaderID,
+		NodeID: st.NodeID, Release: buildinfo.Version(), State: fmt.Sprint(st.State), LeaderID: st.LeaderID,
 		LeaderAddr: st.LeaderAddr, Term: st.Term, AppliedIndex: st.AppliedIndex,
 		CommitIndex: st.CommitIndex, LastLogIndex: st.LastLogIndex,
 		Members: make([]api.Member, 0, len(st.Members)),
 	}
 	for _, m := range st.Members {
+		if m.ID == st.NodeID {
+			resp.RaftAddr = m.Address
+		}
 		resp.Members = append(resp.Members, api.Member{ID: m.ID, Address: m.Address,
-			Suffrage: fmt.Sprint(m.Suffrage), Leader: m.Leader})
+			Suffrage: m.Suffrage.String(), Leader: m.Leader})
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	view, err := s.store.View(ctx, raft.Serializable)
+	view, err := s.store.View(ctx, fsm.Serializable)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}

@@ -121,6 +121,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.WriteTimeout = time.Second }, "WriteTimeout"},
 		{func(c *Config) { c.SecretWait = 0 }, "SecretWait"},
 		{func(c *Config) { c.RetryAfter = time.Millisecond }, "RetryAfter"},
+		// Far below the Raft log's 256 MiB record: one request is one log entry.
+		{func(c *Config) { c.MaxValueBytes, c.MaxTxnBodyBytes = 65<<20, 65<<20 }, "must be <= 67108864"},
+		{func(c *Config) { c.MaxTxnBodyBytes = MaxRequestBytesLimit + 1 }, "MaxTxnBodyBytes"},
 	}
 	for i, tt := range tests {
 		c := DefaultConfig()

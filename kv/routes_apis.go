@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -11,8 +12,10 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/jsonutf8"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -123,9 +126,12 @@ func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// present decodes a stored object and converts it to the requested version, with
-// metadata.revision set to its mod revision.
-func present(q resourceReq, kv fsm.KeyValue) (map[string]any, error) {
+// present decodes a stored object and converts it to the requested version
+// (versions.Resource.View: defaults filled in, metadata.downgraded set when a write
+// back through that version could not keep what it hides, given enc, the version
+// writes are stored in now; "" = the object's own), with metadata.revision set to its
+// mod revision.
+func present(q resourceReq, kv fsm.KeyValue, enc string) (map[string]any, error) {
 	from := q.r.StoredVersion(kv)
 	if !q.r.HasVersion(from) {
 		return nil, fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode",
@@ -135,9 +141,12 @@ func present(q resourceReq, kv fsm.KeyValue) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stored object %q: %w", kv.Key, err)
 	}
-	out, _, err := q.r.Convert(obj, from, q.version)
+	if enc == "" {
+		enc = from
+	}
+	out, _, err := q.r.View(obj, from, q.version, enc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("stored object %q: %w", kv.Key, err)
 	}
 	meta, _ := out["metadata"].(map[string]any)
 	if meta == nil {
@@ -146,6 +155,16 @@ func present(q resourceReq, kv fsm.KeyValue) (map[string]any, error) {
 	}
 	meta["revision"] = kv.ModRevision
 	return out, nil
+}
+
+// readEncoding is the version a write back would be stored in now, for marking
+// downgraded views; "" when writes are blocked (each object's own version is assumed).
+func (q resourceReq) readEncoding() string {
+	enc, err := q.res.WriteEncoding(q.r.Key())
+	if err != nil {
+		return ""
+	}
+	return enc
 }
 
 func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
@@ -177,7 +196,7 @@ func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	obj, err := present(q, kv)
+	obj, err := present(q, kv, q.readEncoding())
 	if err != nil {
 		return err
 	}
@@ -187,48 +206,62 @@ func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
 
 // handleObjectPut serves PUT /apis/{group}/{version}/{resource}/{name}: create or
 // replace the object. A metadata.revision > 0 makes it a compare-and-swap (409 when the
-// object changed since). The object is converted to this node's effective encoding
-// version before it is stored; the response is what was stored, in the request's
+// object changed since). The object is prepared by versions.Resource.PrepareWrite:
+// defaulted, refused (400, naming the field) unless it reads in every served version,
+// converted to this node's effective encoding version, with the fields its version
+// cannot see carried over from the stored object. A write that would lose values is
+// 409 Downgraded unless ?force=true. The response is what was stored, in the request's
 // version.
 func (s *Server) handleObjectPut(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.resourceRequest(r, true)
 	if err != nil {
 		return err
 	}
-	if _, err := parseParams(r); err != nil {
+	p, err := parseParams(r, "force")
+	if err != nil {
+		return err
+	}
+	force, err := p.bool("force")
+	if err != nil {
 		return err
 	}
 	body, err := readBody(w, r, s.cfg.MaxValueBytes, "object")
 	if err != nil {
 		return err
 	}
-	obj, rev, err := validateObject(q, body)
+	obj, rev, marked, err := validateObject(q, body)
 	if err != nil {
 		return err
+	}
+	if marked && !force {
+		return fmt.Errorf("%w: %s %q: the body is marked metadata.downgraded: it was read through %s, which "+
+			"cannot hold all of the stored object, and writing it back would lose the rest; "+
+			"write through a version that holds it, or add ?force=true to accept the loss",
+			ErrDowngraded, q.r.Key(), q.name, q.apiVersion())
 	}
 	enc, err := q.res.WriteEncoding(q.r.Key())
 	if err != nil {
 		return err
 	}
-	stored, _, err := q.r.Convert(obj, q.version, enc)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	var res *fsm.Result
+	for attempt := 0; ; attempt++ {
+		res, err = s.putObject(ctx, q, obj, rev, enc, force)
+		// A blind write (no metadata.revision) raced another write between reading
+		// the object it carries over from and storing: read again.
+		if !errors.Is(err, errObjectChanged) || rev > 0 || attempt == maxPutAttempts-1 {
+			break
+		}
 	}
-	value, err := json.Marshal(stored)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidBody, err)
+	if errors.Is(err, errObjectChanged) {
+		return fmt.Errorf("%w: %s %q changed %d times while it was being written; try again",
+			ErrConflict, q.r.Key(), q.name, maxPutAttempts)
 	}
-	if err := s.lim.checkValue(len(value)); err != nil {
+	if err != nil {
 		return err
 	}
-	key := q.key()
-	res, err := s.applyObject(r, q, "put", rev,
-		fsm.Op{Type: fsm.OpPut, Key: key, Value: value, Encoding: versions.EncodingTag(q.r.Key(), enc)},
-		fsm.Op{Type: fsm.OpGet, Key: key})
-	if err != nil {
-		return err
-	}
-	out, err := present(q, res.Responses[1].KVs[0])
+	out, err := present(q, res.Responses[1].KVs[0], enc)
 	if err != nil {
 		return err
 	}
@@ -240,10 +273,116 @@ func (s *Server) handleObjectPut(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// maxPutAttempts bounds the read-prepare-write rounds of a blind PUT under contention.
+const maxPutAttempts = 5
+
+// errObjectChanged: the stored object changed between putObject's read and its write.
+var errObjectChanged = errors.New("kv: object changed during the write")
+
+// putObject stores obj (in q.version; rev > 0: only over that mod revision) in
+// encoding enc, carrying over from the object stored now. The write is guarded on the
+// mod revision of the object it carried over from (absent: create only), so what it
+// carried is never stale; a lost race is errObjectChanged when rev == 0 and
+// ErrConflict otherwise.
+func (s *Server) putObject(ctx context.Context, q resourceReq, obj map[string]any, rev int64, enc string, force bool) (*fsm.Result, error) {
+	key := q.key()
+	view, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return nil, err
+	}
+	var stored map[string]any
+	var sv string
+	cur, err := view.Get(key, 0)
+	switch {
+	case errors.Is(err, fsm.ErrKeyNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		if sv = q.r.StoredVersion(cur); !q.r.HasVersion(sv) {
+			return nil, fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode; "+
+				"write it through a node that can", versions.ErrUndecodable, q.r.Key(), q.name, sv)
+		}
+		stored, _ = versions.DecodeObject(cur.Value) // a garbled object is replaced, not carried over
+	}
+	if rev > 0 && rev != cur.ModRevision {
+		return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
+			ErrConflict, q.r.Key(), q.name, rev)
+	}
+	prep, err := q.r.PrepareWrite(obj, q.version, stored, sv, enc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	}
+	if prep.Loses() && !force {
+		return nil, lossError(q, enc, prep)
+	}
+	value, err := json.Marshal(prep.Object)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidBody, err)
+	}
+	if err := s.lim.checkValue(len(value)); err != nil {
+		return nil, err
+	}
+	txn := &fsm.Txn{Success: []fsm.Op{
+		{Type: fsm.OpPut, Key: key, Value: value, Encoding: versions.EncodingTag(q.r.Key(), enc)},
+		{Type: fsm.OpGet, Key: key}}}
+	guardModRevision(txn, string(key), cur.ModRevision)
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	if err != nil {
+		return nil, fmt.Errorf("put %s %q: %w", q.r.Key(), q.name, err)
+	}
+	if !res.Succeeded {
+		if rev > 0 {
+			return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
+				ErrConflict, q.r.Key(), q.name, rev)
+		}
+		return nil, errObjectChanged
+	}
+	return res, nil
+}
+
+// lossError is the 409 Downgraded of a write that would lose values.
+func lossError(q resourceReq, enc string, prep *versions.Write) error {
+	var why []string
+	if len(prep.Lost) > 0 {
+		why = append(why, fmt.Sprintf("%s/%s, the version %s is stored in now, cannot hold the values of %v",
+			q.r.Group, enc, q.r.Key(), prep.Lost))
+	}
+	if len(prep.Downgraded) > 0 {
+		why = append(why, fmt.Sprintf("the stored object holds values of %v that %s cannot see and that cannot be kept",
+			prep.Downgraded, q.apiVersion()))
+	}
+	return fmt.Errorf("%w: %s %q: %s; nothing written (add ?force=true to accept the loss)",
+		ErrDowngraded, q.r.Key(), q.name, strings.Join(why, "; and "))
+}
+
 // validateObject checks a PUT body: a JSON object whose apiVersion (if set) is the
-// path's, whose metadata.name (if set) is the path's name, and whose metadata.revision
-// (if set) is a non-negative integer. It returns the object without metadata.revision.
-func validateObject(q resourceReq, body []byte) (map[string]any, int64, error) {
+// path's, whose metadata.name (if set) is the path's name, whose metadata.revision
+// (if set) is a non-negative integer and whose metadata.downgraded (if set) is a
+// boolean. It returns the object without those two server-set fields, and whether it
+// was marked downgraded.
+func validateObject(q resourceReq, body []byte) (map[string]any, int64, bool, error) {
+	obj, rev, err := validateObjectMeta(q, body)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	meta := obj["metadata"].(map[string]any)
+	d, ok := meta["downgraded"]
+	if !ok {
+		return obj, rev, false, nil
+	}
+	marked, isBool := d.(bool)
+	if !isBool {
+		return nil, 0, false, fmt.Errorf("%w: metadata.downgraded %v is not a boolean", ErrInvalidBody, d)
+	}
+	delete(meta, "downgraded")
+	return obj, rev, marked, nil
+}
+
+// validateObjectMeta is validateObject up to metadata.revision.
+func validateObjectMeta(q resourceReq, body []byte) (map[string]any, int64, error) {
+	if err := jsonutf8.Check(body); err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	}
 	obj, err := versions.DecodeObject(body)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", ErrInvalidBody, err)
@@ -326,15 +465,27 @@ func (s *Server) handleObjectDelete(w http.ResponseWriter, r *http.Request) erro
 
 // handleObjectList serves GET /apis/{group}/{version}/{resource}?limit=&continue=: a
 // page of objects at one revision, converted to the requested version, with a continue
-// token that any node accepts (the KV list's tokens and guarantees).
+// token that any node accepts (the KV list's tokens and guarantees). With ?watch=true
+// it is a watch of the resource instead (handleObjectWatch).
 func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.resourceRequest(r, false)
 	if err != nil {
 		return err
 	}
-	p, err := parseParams(r, "limit", "continue", "consistency")
+	p, err := parseParams(r, "watch", "limit", "continue", "consistency", "resourceVersion", "allowWatchBookmarks", "progress")
 	if err != nil {
 		return err
+	}
+	if watch, err := p.bool("watch"); err != nil || watch {
+		if err != nil {
+			return err
+		}
+		return s.handleObjectWatch(w, r, q)
+	}
+	for _, name := range []string{"resourceVersion", "allowWatchBookmarks", "progress"} {
+		if p.has(name) {
+			return fmt.Errorf("%w: %s is a parameter of watch=true", ErrInvalidParam, name)
+		}
 	}
 	if err := q.res.ReadCheck(q.r.Key()); err != nil {
 		return err
@@ -356,10 +507,15 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	items := make([]map[string]any, 0, len(kvs))
+	var failed []itemError
+	enc := q.readEncoding()
 	for _, kv := range kvs {
-		obj, err := present(q, kv)
+		obj, err := present(q, kv, enc)
 		if err != nil {
-			return err
+			e := errorBody(err, false)
+			failed = append(failed, itemError{Name: string(bytes.TrimPrefix(kv.Key, prefix)),
+				Revision: kv.ModRevision, Code: e.Code, Reason: e.Reason, Message: e.Message})
+			continue
 		}
 		items = append(items, obj)
 	}
@@ -367,6 +523,21 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 	if cont != "" {
 		meta["continue"] = cont
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"apiVersion": q.apiVersion(), "kind": "List", "metadata": meta, "items": items})
+	out := map[string]any{"apiVersion": q.apiVersion(), "kind": "List", "metadata": meta, "items": items}
+	if len(failed) > 0 {
+		out["errors"] = failed
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// itemError is a list's report of one object it cannot present (stored in a version
+// this node cannot decode, garbled, or not convertible to the list's version): the
+// list still answers with every other object.
+type itemError struct {
+	Name     string `json:"name"`
+	Revision int64  `json:"revision"`
+	Code     int    `json:"code"`
+	Reason   string `json:"reason"`
+	Message  string `json:"message"`
 }

@@ -96,7 +96,7 @@ func TestResourceBadInput(t *testing.T) {
 	ts.expectError(http.MethodPut, "/apis/apps/v1/widgets/UPPER", []byte(`{}`), http.StatusBadRequest, api.ReasonBadRequest)
 	ts.expectError(http.MethodDelete, "/apis/apps/v1/widgets/w?revision=x", nil, http.StatusBadRequest, api.ReasonBadRequest)
 	ts.expectError(http.MethodGet, "/apis/apps/v1/widgets?limit=0", nil, http.StatusBadRequest, api.ReasonBadRequest)
-	ts.expectError(http.MethodPut, api.PathKV+"%00keel/storageversions/apps/widgets", []byte("x"), http.StatusBadRequest, api.ReasonBadRequest)
+	ts.expectError(http.MethodPut, api.PathKV+"%00keel/storageversions/apps/widgets", []byte("x"), http.StatusForbidden, api.ReasonReservedPrefix)
 	ts.expectError(http.MethodDelete, api.PathKV+"?prefix=true", nil, http.StatusBadRequest, api.ReasonBadRequest)
 	if got := ts.revision(); got != rev {
 		t.Errorf("revision moved %d → %d", rev, got)

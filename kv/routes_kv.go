@@ -8,7 +8,6 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/keel-kv/keel/raft"
 )
 
 // handleGet serves GET /v1/kv/{key...}: one key, or a list page with ?list=true.
@@ -70,9 +69,10 @@ func writeRaw(w http.ResponseWriter, kv fsm.KeyValue, rev int64) {
 	w.Write(kv.Value)
 }
 
-// handlePut serves PUT /v1/kv/{key...}: body = value, ?prev_revision=N for CAS.
+// handlePut serves PUT /v1/kv/{key...}: body = value, ?prev_revision=N for CAS,
+// ?lease=ID to attach the key to a lease (none detaches it).
 func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
-	p, err := parseParams(r, api.ParamPrevRevision)
+	p, err := parseParams(r, api.ParamPrevRevision, api.ParamLease)
 	if err != nil {
 		return err
 	}
@@ -84,13 +84,20 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	lease, err := p.int64(api.ParamLease, 1, 0)
+	if err != nil {
+		return err
+	}
+	if lease > api.MaxLeaseID {
+		return fmt.Errorf("%w: lease %d above %d", ErrInvalidParam, lease, int64(api.MaxLeaseID))
+	}
 	value, err := readBody(w, r, s.cfg.MaxValueBytes, "value")
 	if err != nil {
 		return err
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	rev, err := s.putKey(ctx, key, value, prev)
+	rev, err := s.putKey(ctx, key, value, prev, lease)
 	if err != nil {
 		return err
 	}
@@ -134,7 +141,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 // protocol; the key has been checked against the limits.
 
 // getKey reads key at rev (0 = latest) and returns it with the revision read.
-func (s *Server) getKey(ctx context.Context, key string, rev int64, cons raft.Consistency) (fsm.KeyValue, int64, error) {
+func (s *Server) getKey(ctx context.Context, key string, rev int64, cons fsm.Consistency) (fsm.KeyValue, int64, error) {
 	view, err := s.viewAt(ctx, cons, rev)
 	if err != nil {
 		return fsm.KeyValue{}, 0, err
@@ -149,9 +156,10 @@ func (s *Server) getKey(ctx context.Context, key string, rev int64, cons raft.Co
 	return kv, rev, nil
 }
 
-// putKey writes key = value, only if the key's mod revision is prev when prev >= 0.
-func (s *Server) putKey(ctx context.Context, key string, value []byte, prev int64) (int64, error) {
-	txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: value}}}
+// putKey writes key = value attached to lease (0 = none), only if the key's mod
+// revision is prev when prev >= 0.
+func (s *Server) putKey(ctx context.Context, key string, value []byte, prev, lease int64) (int64, error) {
+	txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: value, Lease: lease}}}
 	if prev >= 0 {
 		guardModRevision(txn, key, prev)
 	}
@@ -225,5 +233,5 @@ func toAPI(kv fsm.KeyValue) api.KV {
 		value = []byte{}
 	}
 	return api.KV{Key: string(kv.Key), Value: value, CreateRevision: kv.CreateRevision,
-		ModRevision: kv.ModRevision, Version: kv.Version}
+		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
 }

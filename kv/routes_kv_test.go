@@ -227,11 +227,11 @@ func TestStoreFailures(t *testing.T) {
 		reason         string
 		unknownOutcome bool
 	}{
-		{raft.ErrNoLeader, http.MethodPut, 503, api.ReasonUnavailable, false},
+		{raft.ErrNoLeader, http.MethodPut, 503, api.ReasonNoLeader, false},
 		{raft.ErrNotLeader, http.MethodPut, 503, api.ReasonUnavailable, false},
 		{raft.ErrShutdown, http.MethodPut, 503, api.ReasonShuttingDown, true},
 		{raft.ErrTimeout, http.MethodPut, 504, api.ReasonTimeout, true},
-		{raft.ErrNoLeader, http.MethodGet, 503, api.ReasonUnavailable, false},
+		{raft.ErrNoLeader, http.MethodGet, 503, api.ReasonNoLeader, false},
 		{raft.ErrTimeout, http.MethodGet, 504, api.ReasonTimeout, false},
 	}
 	ts.put("k", "v")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/keel-kv/keel/raft"
 )
 
 // listRequest is one page request of a paged scan, validated.
@@ -19,7 +18,7 @@ type listRequest struct {
 	start, end []byte // the scan's range; from the path prefix
 	limit      int
 	rev        int64 // 0 = latest
-	cons       raft.Consistency
+	cons       fsm.Consistency
 	token      string
 }
 
@@ -88,7 +87,7 @@ func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyVa
 			// The token proves its revision exists in the cluster: any view that has
 			// applied it serves the page exactly, even on a lagging follower asked
 			// for serializable reads (viewAt falls back to a linearizable view).
-			req.cons = raft.Linearizable
+			req.cons = fsm.Linearizable
 		}
 	}
 	view, err := s.viewAt(ctx, req.cons, req.rev)

@@ -201,6 +201,39 @@ func TestListZeroItemPages(t *testing.T) {
 	t.Logf("%d pages, %d of them empty with a continue token", pages, empty)
 }
 
+// TestListTokenWithNothingAfter pins what a continue token means (docs/api.md): a full
+// page carries one whenever the range holds another entry, live at the scan's revision
+// or not, so the next page can be empty and final, or 410 after a compaction; only
+// the absence of a token says the scan is complete.
+//
+//	keys:  t/1 t/2 | t/3 (deleted)      limit 2
+//	page 1: [t/1 t/2] + token  → page 2: [] no token
+func TestListTokenWithNothingAfter(t *testing.T) {
+	ts := newTestServer(t)
+	ts.put("t/1", "a")
+	ts.put("t/2", "b")
+	ts.put("t/3", "c")
+	ts.doJSON(http.MethodDelete, "/v1/kv/t/3", nil, http.StatusOK, nil)
+
+	first := ts.listPage("t/", url.Values{"limit": {"2"}})
+	if len(first.Items) != 2 || first.Continue == "" {
+		t.Fatalf("page 1 = %d items, continue %q; want 2 items and a token (t/3 is still an entry)", len(first.Items), first.Continue)
+	}
+	second := ts.listPage("t/", url.Values{"limit": {"2"}, "continue": {first.Continue}})
+	if len(second.Items) != 0 || second.Continue != "" {
+		t.Fatalf("page 2 = %+v, want empty and final", second)
+	}
+	// Exactly the live keys and nothing after: no token.
+	if p := ts.listPage("t/", url.Values{"limit": {"3"}}); len(p.Items) != 2 || p.Continue != "" {
+		t.Fatalf("limit 3 = %d items, continue %q; want 2 items and no token", len(p.Items), p.Continue)
+	}
+	// The same token after its revision is compacted: 410, although no key was left.
+	ts.put("other", "x")
+	ts.doJSON(http.MethodPost, "/v1/compact", []byte(fmt.Sprintf(`{"revision":%d}`, ts.revision())), http.StatusOK, nil)
+	q := url.Values{"list": {"true"}, "limit": {"2"}, "continue": {first.Continue}}
+	ts.expectError(http.MethodGet, "/v1/kv/t/?"+q.Encode(), nil, http.StatusGone, api.ReasonResourceExpired)
+}
+
 // TestListTokenTampered: flipping any byte of a token, or garbling it, is a 400.
 func TestListTokenTampered(t *testing.T) {
 	ts := newTestServer(t)

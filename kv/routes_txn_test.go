@@ -95,6 +95,13 @@ func TestTxnBadBody(t *testing.T) {
 		{`{"success":[` + ok + `,{"type":"put","key":"k","value":"` + strings.Repeat("eHh4", 30) + `"}]}`, 413, api.ReasonTooLarge},
 		{`{"success":[` + ok + `],"failure":[{"type":"put","key":"` + strings.Repeat("k", 5000) + `"}]}`, 400, api.ReasonBadRequest},
 		{`{"success":[` + ok + `],"failure":[{"type":"put","key":"` + strings.Repeat("k", 9000) + `"}]}`, 413, api.ReasonTooLarge},
+		{`null`, 400, api.ReasonBadRequest},
+		{" null\n", 400, api.ReasonBadRequest},
+		// Strings encoding/json would turn into U+FFFD: refused, as in a URL.
+		{"{\"success\":[" + ok + ",{\"type\":\"put\",\"key\":\"k\xff\"}]}", 400, api.ReasonBadRequest},
+		{`{"success":[` + ok + `,{"type":"put","key":"k\ud800"}]}`, 400, api.ReasonBadRequest},
+		{`{"compare":[{"key":"\udc00","target":"exists","result":"equal","int":1}],"success":[` + ok + `]}`, 400, api.ReasonBadRequest},
+		{"{\"success\":[" + ok + ",{\"type\":\"delete_range\",\"key\":\"a\",\"end\":\"\xc3z\"}]}", 400, api.ReasonBadRequest},
 	}
 	for i, tt := range tests {
 		before := ts.revision()
@@ -104,6 +111,14 @@ func TestTxnBadBody(t *testing.T) {
 		}
 	}
 	ts.expectError(http.MethodGet, "/v1/kv/w", nil, 404, api.ReasonNotFound)
+	// The 400 names the field, as the URL's 400 names the key.
+	e := ts.expectError(http.MethodPost, "/v1/txn", []byte(`{"success":[`+ok+`,{"type":"put","key":"k\ud800"}]}`), 400, api.ReasonBadRequest)
+	if !strings.Contains(e.Message, "success[1].key") || !strings.Contains(e.Message, "UTF-8") {
+		t.Errorf("invalid UTF-8 key: message %q does not name success[1].key", e.Message)
+	}
+	if e := ts.expectError(http.MethodPost, "/v1/txn", []byte(`null`), 400, api.ReasonBadRequest); !strings.Contains(e.Message, "null") {
+		t.Errorf("null body: message %q", e.Message)
+	}
 	ts.expectError(http.MethodPost, "/v1/txn?dry=1", []byte(`{}`), 400, api.ReasonBadRequest)
 }
 
@@ -162,5 +177,42 @@ func TestCompact(t *testing.T) {
 	ts.doJSON(http.MethodGet, fmt.Sprintf("/v1/kv/k?revision=%d", r2), nil, 200, &got)
 	if string(got.Value) != "2" {
 		t.Fatalf("read at the compact revision = %q, want 2", got.Value)
+	}
+}
+
+// TestTxnDuplicateKey: a branch that writes a key twice is refused with 400
+// DuplicateKey naming the key, before it reaches the store (which would apply it and
+// move the revision); reads, and the same key in different branches, are allowed.
+func TestTxnDuplicateKey(t *testing.T) {
+	ts := newTestServer(t)
+	ts.put("y", "0")
+	ts.put("z/1", "0")
+	tests := []struct {
+		body string
+		dup  string // the key the 400 names; "" = allowed
+	}{
+		{`{"success":[{"type":"put","key":"x","value":"MQ=="},{"type":"put","key":"x","value":"Mg=="}]}`, "x"},
+		{`{"success":[{"type":"put","key":"y","value":"MQ=="},{"type":"delete","key":"y"}]}`, "y"},
+		{`{"success":[{"type":"delete_range","key":"z/","prefix":true},{"type":"put","key":"z/1","value":"MQ=="}]}`, "z/1"},
+		{`{"failure":[{"type":"put","key":"f","value":"MQ=="},{"type":"put","key":"f","value":"Mg=="}]}`, "f"},
+
+		{`{"success":[{"type":"get","key":"x"},{"type":"get","key":"x"}]}`, ""},
+		{`{"success":[{"type":"put","key":"x","value":"MQ=="}],"failure":[{"type":"put","key":"x","value":"Mg=="}]}`, ""},
+		{`{"success":[{"type":"get","key":"x"},{"type":"put","key":"x","value":"Mw=="}]}`, ""},
+	}
+	for i, tt := range tests {
+		before := ts.revision()
+		if tt.dup == "" {
+			var resp api.TxnResponse
+			ts.doJSON(http.MethodPost, "/v1/txn", []byte(tt.body), http.StatusOK, &resp)
+			continue
+		}
+		e := ts.expectError(http.MethodPost, "/v1/txn", []byte(tt.body), http.StatusBadRequest, api.ReasonDuplicateKey)
+		if !strings.Contains(e.Message, fmt.Sprintf("%q", tt.dup)) {
+			t.Errorf("#%d: message %q does not name key %q", i, e.Message, tt.dup)
+		}
+		if ts.revision() != before {
+			t.Errorf("#%d: revision %d → %d: the refused transaction was applied", i, before, ts.revision())
+		}
 	}
 }

@@ -49,6 +49,16 @@ type Server struct {
 		wg     sync.WaitGroup // one per registered connection
 	}
 	streamMetrics *streamMetrics
+
+	// watches counts the watches being served; watchStop is closed by Shutdown to end
+	// them (the HTTP server waits for every handler, a watch never ends by itself).
+	watches   atomic.Int64
+	watchStop chan struct{}
+	stopOnce  sync.Once
+
+	// lessor keeps lease deadlines while this node leads (lessor.go); its loop runs
+	// from Serve to Shutdown.
+	lessor *lessor
 }
 
 // readyCheck is an extra condition of /readyz added by the node that embeds the server.
@@ -68,7 +78,12 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	s := &Server{cfg: cfg, lim: cfg.limits(), store: store, log: logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, lim: cfg.limits(), store: store, log: logger, mux: http.NewServeMux(),
+		watchStop: make(chan struct{})}
+	s.lessor = newLessor(store, logger.Named("lessor"))
+	if lc, ok := store.(LeaderCaller); ok {
+		lc.SetLeaderHandler(s.lessor.handleLeaderCall)
+	}
 	s.routes()
 	s.handler = s.accessLog(s.mux)
 	return s, nil
@@ -101,6 +116,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	srv := &http.Server{
 		Handler:           s.handler,
+		MaxHeaderBytes:    http.DefaultMaxHeaderBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
@@ -108,8 +124,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	s.http.srv = srv
+	s.lessor.start()
 	s.http.Unlock()
 	s.log.Info("serving HTTP", "addr", ln.Addr().String())
+	// net/http's own error answers (431, 400, 501) become JSON (rawerrors.go).
+	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)
 	}
@@ -123,6 +142,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.http.closed = true
 	srv := s.http.srv
 	s.http.Unlock()
+	s.stopOnce.Do(func() {
+		close(s.watchStop)
+		s.lessor.stop()
+	})
 	if srv == nil {
 		s.closeStreams(ctx)
 		return nil

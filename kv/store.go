@@ -16,9 +16,11 @@ type Store interface {
 	Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error)
 	// View returns an immutable view of the store; Linearizable reflects every write
 	// acknowledged before the call, Serializable the local state.
-	View(ctx context.Context, c raft.Consistency) (*fsm.View, error)
+	View(ctx context.Context, c fsm.Consistency) (*fsm.View, error)
 	// ClusterSecret waits for the replicated cluster secret (it never changes once set).
 	ClusterSecret(ctx context.Context) ([]byte, error)
 	// Status reports the node's raft state without blocking.
 	Status() raft.Status
+	// Watch starts a watcher over the node's applied state (fsm.Store.Watch).
+	Watch(opts fsm.WatchOptions) (*fsm.Watcher, error)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
 )
@@ -317,9 +318,9 @@ func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api
 	}
 	switch req.Op {
 	case api.StreamGet:
-		cons := raft.Linearizable
+		cons := fsm.Linearizable
 		if req.Serializable {
-			cons = raft.Serializable
+			cons = fsm.Serializable
 		}
 		kv, rev, err := s.getKey(ctx, key, req.Revision, cons)
 		if err != nil {
@@ -334,7 +335,7 @@ func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api
 		if req.HasPrev {
 			prev = req.PrevRevision
 		}
-		rev, err := s.putKey(ctx, key, req.Value, prev)
+		rev, err := s.putKey(ctx, key, req.Value, prev, 0)
 		if err != nil {
 			return err
 		}

@@ -8,12 +8,20 @@ import (
 	"io"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/jsonutf8"
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// decodeJSON decodes exactly one JSON value from body into v, rejecting unknown
-// fields and trailing data.
+// decodeJSON decodes exactly one JSON object from body into v, rejecting unknown
+// fields, trailing data, a null body, and strings that are not valid UTF-8 (which
+// encoding/json would silently turn into U+FFFD).
 func decodeJSON(body []byte, v any) error {
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		return fmt.Errorf("%w: the body is null, want a JSON object", ErrInvalidBody)
+	}
+	if err := jsonutf8.Check(body); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -144,8 +152,12 @@ func (l limits) op(op api.Op) (fsm.Op, error) {
 		return fsm.Op{}, fmt.Errorf("%w: only a ranged get takes a limit", ErrInvalidBody)
 	case op.Limit < 0 || op.Limit > int64(l.maxListLimit):
 		return fsm.Op{}, fmt.Errorf("%w: limit %d must be in [0, %d]", ErrInvalidBody, op.Limit, l.maxListLimit)
+	case op.Lease != 0 && typ != fsm.OpPut:
+		return fsm.Op{}, fmt.Errorf("%w: only put takes a lease", ErrInvalidBody)
+	case op.Lease < 0 || op.Lease > api.MaxLeaseID:
+		return fsm.Op{}, fmt.Errorf("%w: lease %d must be in [1, %d]", ErrInvalidBody, op.Lease, int64(api.MaxLeaseID))
 	}
-	out := fsm.Op{Type: typ, Key: []byte(op.Key), Value: op.Value, Limit: op.Limit}
+	out := fsm.Op{Type: typ, Key: []byte(op.Key), Value: op.Value, Limit: op.Limit, Lease: op.Lease}
 	if err := l.resolveEnd(&out, op); err != nil {
 		return fsm.Op{}, err
 	}

@@ -2,10 +2,13 @@ package membership
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
+
+	"github.com/keel-kv/keel/internal/wire"
 )
 
 // MetaFormatVersion is the metadata format version this release writes.
@@ -249,97 +252,63 @@ func decodeBool(val []byte) (bool, error) {
 }
 
 func decodeStorageVersions(val []byte) (map[string]StorageVersion, error) {
-	r := byteReader{b: val}
+	r := svReader{wire.NewReader(val, errStorageVersions)}
 	table := make([]string, r.count())
 	for i := range table {
 		table[i] = r.str()
 	}
 	nres := r.count()
 	out := make(map[string]StorageVersion, nres)
-	for i := 0; i < nres && r.err == nil; i++ {
+	for i := 0; i < nres && r.Err() == nil; i++ {
 		res := r.str()
 		var sv StorageVersion
-		if enc := r.uvarint(); enc > 0 {
+		if enc := r.Uvarint("encoding index"); enc > 0 {
 			sv.EncodingVersion = r.lookup(table, enc-1)
 		}
 		sv.DecodableVersions = r.list(table)
 		sv.ServedVersions = r.list(table)
-		if _, dup := out[res]; dup && r.err == nil {
-			r.err = fmt.Errorf("storage versions: resource %q twice", res)
+		if _, dup := out[res]; dup && r.Err() == nil {
+			r.Fail("resource %q twice", res)
 		}
 		out[res] = sv
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("storage versions: %d trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return nil, r.err
+	if err := r.Finish(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// byteReader reads uvarint-framed values with a sticky error: after the first error
-// every read returns a zero value, so decoders can check once at the end.
-type byteReader struct {
-	b   []byte
-	err error
-}
+// errStorageVersions is what the storage-versions field's decoding errors wrap.
+var errStorageVersions = errors.New("storage versions")
 
-func (r *byteReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.err = fmt.Errorf("storage versions: truncated uvarint")
-		return 0
-	}
-	r.b = r.b[k:]
-	return v
-}
+// svReader reads the storage-versions field: a wire.Reader (sticky error) with its
+// table lookups.
+type svReader struct{ *wire.Reader }
 
 // count reads an element count, bounded by the bytes left (each element takes at
 // least one), so hostile input cannot make the decoder allocate much.
-func (r *byteReader) count() int {
-	n := r.uvarint()
-	if r.err == nil && n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("storage versions: count %d exceeds %d remaining bytes", n, len(r.b))
-		return 0
-	}
-	return int(n)
-}
+func (r svReader) count() int { return r.Count("count", 1) }
 
-func (r *byteReader) str() string {
-	n := r.uvarint()
-	if r.err == nil && n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("storage versions: truncated string")
-	}
-	if r.err != nil {
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
+func (r svReader) str() string { return string(r.Bytes("string", math.MaxUint64)) }
 
-func (r *byteReader) lookup(table []string, i uint64) string {
-	if r.err == nil && i >= uint64(len(table)) {
-		r.err = fmt.Errorf("storage versions: version index %d outside table of %d", i, len(table))
+func (r svReader) lookup(table []string, i uint64) string {
+	if r.Err() == nil && i >= uint64(len(table)) {
+		r.Fail("version index %d outside table of %d", i, len(table))
 	}
-	if r.err != nil {
+	if r.Err() != nil {
 		return ""
 	}
 	return table[i]
 }
 
-func (r *byteReader) list(table []string) []string {
+func (r svReader) list(table []string) []string {
 	n := r.count()
-	if n == 0 || r.err != nil {
+	if n == 0 || r.Err() != nil {
 		return nil
 	}
 	out := make([]string, n)
 	for i := range out {
-		out[i] = r.lookup(table, r.uvarint())
+		out[i] = r.lookup(table, r.Uvarint("version index"))
 	}
 	return out
 }

@@ -5,30 +5,37 @@
 // can be dropped from the schema.
 //
 // It reads with chunked scans at one revision (a snapshot-consistent view that costs
-// O(chunk) per step) and rewrites each object with a compare-and-swap on the mod
-// revision it read: an object changed since the scan's revision was written by a client
-// in the common version already and is skipped, never overwritten with stale content.
-// Progress — revision, next key, counts, objects that cannot be converted — is a record
-// replicated through Raft after every chunk, so a new leader resumes where the old one
-// stopped. The migration ends when the state machine's exact per-encoding counts show
-// no object outside the target version; a scan that finishes while some remain (say, a
-// restored backup) starts another pass.
+// O(chunk) per step) and rewrites a chunk in one transaction: a compare-and-swap on
+// each object's mod revision as the scan read it (an object changed since was written
+// by a client in the common version already and is skipped, never overwritten with
+// stale content), on the StorageVersion record as the pass began (if it moved, the
+// pass starts again), and on the migration record itself, whose new value — the
+// checkpoint: revision, next key, counts, objects that cannot be converted — is part
+// of the same transaction. So the counts always agree with what was written, an
+// operator's abort (a write of the record) fences off the chunk in flight, and a new
+// leader resumes exactly where the old one stopped. The migration ends when the state
+// machine's exact per-encoding counts show no object outside the target version; a
+// scan that finishes while some remain (say, a restored backup) starts another pass.
+//
+// Cluster-wide settings (automatic start, rate) live in a replicated record too; an
+// operator starts, resumes and aborts migrations with Request and Abort. It must never
+// write an object in a version some member cannot decode (it writes only the version
+// every registered node already writes) and never rewrite without the compare-and-swap.
 package migrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/time/rate"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -43,11 +50,16 @@ type Config struct {
 	Logger hclog.Logger
 	// Interval between rounds when there is nothing to do (default 1s).
 	Interval time.Duration
-	// Chunk is how many objects one step scans (default 100).
+	// Chunk is how many objects one step scans and rewrites in one transaction
+	// (default 100, at most fsm.MaxTxnOps-2).
 	Chunk int
-	// Rate bounds rewrites per second (default 500), so a migration never crowds out
-	// client writes; 0 takes the default, negative means unlimited.
+	// Rate bounds rewrites per second (default 500); negative means unlimited. It is
+	// the initial value of the cluster-wide setting: the leader stores it with NoAuto
+	// when no settings are stored yet, and from then on the stored settings rule.
 	Rate int
+	// NoAuto: the initial setting of automatic migrations is off (only an operator's
+	// Request starts one).
+	NoAuto bool
 	// DryRun scans and counts what it would rewrite, and writes nothing but its status.
 	DryRun bool
 	// BlockedRetry: how long a migration blocked by objects that cannot be converted
@@ -58,104 +70,18 @@ type Config struct {
 	Finished func(ctx context.Context, resource string)
 }
 
-// State is where a resource's migration stands.
-type State string
-
-const (
-	// StateWaiting: the members do not agree on one encoding version yet.
-	StateWaiting State = "Waiting"
-	// StateRunning: objects outside the target version are being rewritten.
-	StateRunning State = "Running"
-	// StateSucceeded: every stored object is in the target version.
-	StateSucceeded State = "Succeeded"
-	// StateBlocked: what is left cannot be converted (see Poison).
-	StateBlocked State = "Blocked"
-	// StateDryRun: a dry run finished; Migrated counts what it would have rewritten.
-	StateDryRun State = "DryRunComplete"
-)
-
-// maxPoison bounds the objects listed as impossible to migrate.
-const maxPoison = 100
-
-// Poison is an object the migrator cannot rewrite (its stored form does not decode or
-// convert); it is listed once, not retried in a loop.
-type Poison struct {
-	Key   string `json:"key"`
-	Error string `json:"error"`
-}
-
-// Status is the replicated record of one resource's migration, under
-// StatusKey(resource).
-type Status struct {
-	Resource string `json:"resource"`
-	State    State  `json:"state"`
-	// Target is the version objects are rewritten into.
-	Target string `json:"target,omitempty"`
-	// ScanRevision and NextKey are the checkpoint: the pass reads at ScanRevision and
-	// resumes at NextKey.
-	ScanRevision int64  `json:"scanRevision,omitempty"`
-	NextKey      []byte `json:"nextKey,omitempty"`
-	Pass         int    `json:"pass,omitempty"`
-	// CheckedRevision is the revision of the last exact count that ended a pass.
-	CheckedRevision int64 `json:"checkedRevision,omitempty"`
-	// Counts of this migration (all passes).
-	Scanned  int64 `json:"scanned"`
-	Migrated int64 `json:"migrated"`
-	// Skipped: changed or deleted since the scan's revision (the newer write is in the
-	// target version already).
-	Skipped int64    `json:"skipped"`
-	Poison  []Poison `json:"poison,omitempty"`
-	// Remaining counts stored objects per version other than Target, exactly, as of
-	// the last step.
-	Remaining map[string]int64 `json:"remaining,omitempty"`
-	Total     int64            `json:"total"`
-	DryRun    bool             `json:"dryRun,omitempty"`
-	Message   string           `json:"message,omitempty"`
-	Started   time.Time        `json:"started,omitzero"`
-	Updated   time.Time        `json:"updated,omitzero"`
-	Finished  time.Time        `json:"finished,omitzero"`
-	// Revision is the record's mod revision (set on read; the CAS precondition).
-	Revision int64 `json:"-"`
-}
-
-// RemainingTotal is the number of stored objects not yet in the target version.
-func (s *Status) RemainingTotal() int64 {
-	var n int64
-	for _, c := range s.Remaining {
-		n += c
-	}
-	return n
-}
-
-// StatusKey is where the migration status of resource ("group/name") is stored.
-func StatusKey(resource string) string { return versions.SystemPrefix + "migrations/" + resource }
-
-// ReadStatus reads the migration status of resource from view; nil when none.
-func ReadStatus(view *fsm.View, resource string) (*Status, error) {
-	kv, err := view.Get([]byte(StatusKey(resource)), 0)
-	if errors.Is(err, fsm.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var s Status
-	if err := json.Unmarshal(kv.Value, &s); err != nil {
-		return nil, fmt.Errorf("migrate: status of %s: %w", resource, err)
-	}
-	s.Revision = kv.ModRevision
-	return &s, nil
-}
-
 // Migrator runs the migrations while this node leads.
 type Migrator struct {
 	cfg    Config
 	log    hclog.Logger
+	schema atomic.Pointer[versions.Schema] // cfg.Schema, or the last SetSchema
 	cancel context.CancelFunc
 	done   chan struct{}
-	mu     sync.Mutex
-	tokens float64 // rate limiter
-	last   time.Time
+	mu     struct {
+		sync.Mutex
+		rate    int           // the cluster-wide setting, as of the last step
+		limiter *rate.Limiter // paces rewrites at rate (unused while rate < 0)
+	}
 }
 
 // New validates cfg.
@@ -169,9 +95,7 @@ func New(cfg Config) (*Migrator, error) {
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = 100
 	}
-	if cfg.Chunk > fsm.MaxTxnOps {
-		cfg.Chunk = fsm.MaxTxnOps
-	}
+	cfg.Chunk = min(cfg.Chunk, fsm.MaxTxnOps-2) // + the status and StorageVersion compares
 	if cfg.Rate == 0 {
 		cfg.Rate = 500
 	}
@@ -181,7 +105,18 @@ func New(cfg Config) (*Migrator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Migrator{cfg: cfg, log: cfg.Logger}, nil
+	m := &Migrator{cfg: cfg, log: cfg.Logger}
+	m.schema.Store(cfg.Schema)
+	m.setRate(cfg.Rate)
+	return m, nil
+}
+
+// SetSchema makes the migrator work on the resources of s from its next round (the
+// node's schema was applied at run time). Safe for concurrent use.
+func (m *Migrator) SetSchema(s *versions.Schema) {
+	if s != nil {
+		m.schema.Store(s)
+	}
 }
 
 // Start runs the migrator in the background until Close.
@@ -199,12 +134,19 @@ func (m *Migrator) Close() {
 	}
 }
 
+// DefaultSettings are the settings this migrator's config implies, in force until
+// settings are stored.
+func (m *Migrator) DefaultSettings() Settings {
+	return Settings{Auto: !m.cfg.NoAuto, Rate: max(m.cfg.Rate, -1)}
+}
+
 func (m *Migrator) loop(ctx context.Context) {
 	defer close(m.done)
 	for {
 		busy := false
 		if m.cfg.Store.IsLeader() {
-			for _, r := range m.cfg.Schema.Resources {
+			m.storeDefaultSettings(ctx)
+			for _, r := range m.schema.Load().Resources {
 				more, err := m.Step(ctx, r)
 				if err != nil && ctx.Err() == nil {
 					m.log.Warn("migration step failed", "resource", r.Key(), "error", err)
@@ -224,11 +166,45 @@ func (m *Migrator) loop(ctx context.Context) {
 	}
 }
 
+// storeDefaultSettings writes the cluster-wide settings from this leader's config
+// when none are stored (the first leader of a cluster, or one upgraded from a release
+// that kept them per node).
+func (m *Migrator) storeDefaultSettings(ctx context.Context) {
+	view, err := m.cfg.Store.View(ctx, fsm.Serializable)
+	if err != nil {
+		return
+	}
+	if s, err := ReadSettings(view); err != nil || s != nil {
+		return
+	}
+	value, _ := json.Marshal(m.DefaultSettings())
+	key := []byte(SettingsKey)
+	if _, err := putRecord(ctx, m.cfg.Store, fsm.Compare{Key: key, Target: fsm.TargetModRevision,
+		Result: fsm.CompareEqual, Int: 0}, fsm.Op{Type: fsm.OpPut, Key: key, Value: value}); err != nil && ctx.Err() == nil {
+		m.log.Warn("store migration settings", "error", err)
+	}
+}
+
+// settings returns the stored settings, or this migrator's defaults, and applies the
+// rate to the limiter.
+func (m *Migrator) settings(view *fsm.View) (Settings, error) {
+	s, err := ReadSettings(view)
+	if err != nil {
+		return Settings{}, err
+	}
+	if s == nil {
+		d := m.DefaultSettings()
+		s = &d
+	}
+	m.setRate(s.Rate)
+	return *s, nil
+}
+
 // Step advances r's migration by at most one chunk and records where it stands. It
 // reports whether more work is waiting (the caller steps again without pausing).
 // Only the leader should call it; a status write from a stale leader fails its CAS.
 func (m *Migrator) Step(ctx context.Context, r *versions.Resource) (more bool, err error) {
-	view, err := m.cfg.Store.View(ctx, raft.Linearizable)
+	view, err := m.cfg.Store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return false, err
 	}
@@ -236,72 +212,127 @@ func (m *Migrator) Step(ctx context.Context, r *versions.Resource) (more bool, e
 	if err != nil {
 		return false, err
 	}
-	prevRev := int64(0)
-	if st != nil {
-		prevRev = st.Revision
-	} else {
+	if st == nil {
 		st = &Status{Resource: r.Key()}
 	}
-	now := time.Now().UTC()
-	sv, err := versions.ReadStorageVersion(ctx, m.cfg.Store, r.Key())
+	settings, err := m.settings(view)
+	if err != nil {
+		return false, err
+	}
+	sv, err := versions.StorageVersionAt(view, r.Key())
 	if err != nil {
 		return false, err
 	}
 	target, why := migrationTarget(sv)
 	next := *st
 	next.DryRun = m.cfg.DryRun
-	if target == "" {
-		next.State, next.Message = StateWaiting, why
-		return false, m.save(ctx, &next, prevRev, st)
-	}
-	if st.State != StateRunning || st.Target != target {
-		if st.Target == target && !m.mayHaveWork(ctx, view, r, st) {
-			return false, nil
+	switch {
+	case st.State == StateAborted && !st.Requested:
+		return false, nil // until an operator resumes it
+	case target == "" && st.State == StateRunning:
+		next.State, next.Message, next.ObjectsPerSecond, next.ETASeconds = StateFailed,
+			"the migration into "+st.Target+" lost its target: "+why+"; it starts again once they agree", 0, 0
+		m.log.Warn("migration failed", "resource", r.Key(), "version", st.Target, "reason", why)
+		return false, m.save(ctx, &next, st)
+	case target == "":
+		if st.State != StateFailed {
+			next.State = StateWaiting
 		}
-		// Count exactly what is left; start a pass if anything is.
-		if err := m.count(view, r, target, &next); err != nil {
+		next.Message = why
+		return false, m.save(ctx, &next, st)
+	}
+	if st.State == StateAborted && st.Target == target {
+		next.State, next.Requested, next.Message = StateRunning, false, "resumed by an operator"
+		m.log.Info("migration resumed", "resource", r.Key(), "version", target, "pass", st.Pass)
+	}
+	if next.State != StateRunning || next.Target != target {
+		started, err := m.begin(ctx, view, r, target, sv, st, settings)
+		if started == nil || err != nil {
 			return false, err
 		}
-		if len(next.Remaining) == 0 {
-			m.finish(&next, r, target, view)
-			return false, m.save(ctx, &next, prevRev, st)
+		next = *started
+	} else if next.StorageVersionRevision != sv.Revision {
+		if err := m.restartPass(view, r, sv, &next); err != nil {
+			return false, err
 		}
-		next = Status{Resource: r.Key(), State: StateRunning, Target: target, ScanRevision: view.Revision(),
-			Pass: 1, Remaining: next.Remaining, Total: next.Total, DryRun: m.cfg.DryRun, Started: now}
-		m.log.Info("migration started", "resource", r.Key(), "version", target, "remaining", next.RemainingTotal(),
-			"dry_run", m.cfg.DryRun)
+	}
+	if next.ScanRevision == 0 {
+		return m.endPass(ctx, r, target, &next, st)
 	}
 	next.Message = ""
-	if err := m.chunk(ctx, view, r, &next); err != nil {
+	switch err := m.chunk(ctx, view, r, &next); {
+	case errors.Is(err, errStorageVersionChanged):
+		return true, nil // the next step restarts the pass
+	case err != nil:
 		return false, err
 	}
-	if next.ScanRevision != 0 {
-		return true, m.save(ctx, &next, prevRev, st)
+	return true, nil
+}
+
+// begin returns the status of a migration of r into target starting now, if one is
+// due (automatic, or requested) and objects are left; otherwise (nil) it records
+// success or why it waits.
+func (m *Migrator) begin(ctx context.Context, view *fsm.View, r *versions.Resource, target string,
+	sv *versions.StorageVersion, st *Status, settings Settings) (*Status, error) {
+	next := *st
+	next.DryRun = m.cfg.DryRun
+	if !st.Requested {
+		if !settings.Auto {
+			if st.State == "" || st.State == StateWaiting {
+				next.State = StateWaiting
+				next.Message = "automatic migrations are off: POST /v1/migrations (keel migrate start) starts one"
+				return nil, m.save(ctx, &next, st)
+			}
+			return nil, nil
+		}
+		// Nothing new to do, unless the record still says Waiting: the target came
+		// back (a downgraded node left again) and what is stored must be counted to
+		// say Succeeded.
+		if st.Target == target && st.State != StateWaiting && !m.mayHaveWork(ctx, view, r, st) {
+			return nil, nil
+		}
 	}
-	more, err = m.endPass(ctx, r, target, &next)
-	if err != nil {
-		return false, err
+	// Count exactly what is left; start a pass if anything is.
+	if err := m.count(view, r, target, &next); err != nil {
+		return nil, err
 	}
-	if err := m.save(ctx, &next, prevRev, st); err != nil {
-		return false, err
+	if len(next.Remaining) == 0 {
+		m.finish(&next, r, target, view)
+		return nil, m.save(ctx, &next, st)
 	}
-	if next.State == StateSucceeded && m.cfg.Finished != nil {
-		m.cfg.Finished(ctx, r.Key())
-	}
-	return more, nil
+	now := time.Now().UTC()
+	next = Status{Resource: r.Key(), State: StateRunning, Target: target, ScanRevision: view.Revision(),
+		StorageVersionRevision: sv.Revision, Pass: 1, Remaining: next.Remaining, Total: next.Total,
+		DryRun: m.cfg.DryRun, Started: now, Conditions: st.Conditions, Revision: st.Revision}
+	m.log.Info("migration started", "resource", r.Key(), "version", target, "remaining", next.RemainingTotal(),
+		"dry_run", m.cfg.DryRun, "requested", st.Requested)
+	return &next, nil
+}
+
+// restartPass starts the pass again at view's revision: the StorageVersion record the
+// pass began with has changed (a node came or went), so what it decided may no longer
+// hold. Counts so far are kept.
+func (m *Migrator) restartPass(view *fsm.View, r *versions.Resource, sv *versions.StorageVersion, st *Status) error {
+	m.log.Info("StorageVersion record changed during the migration; restarting the pass", "resource", r.Key(),
+		"pass", st.Pass+1)
+	st.Pass++
+	st.ScanRevision, st.NextKey, st.PassScanned = view.Revision(), nil, 0
+	st.StorageVersionRevision = sv.Revision
+	return m.count(view, r, st.Target, st)
 }
 
 // endPass decides, from an exact count taken after the pass's last rewrites, what
 // follows a finished pass: success, blocked on poison objects, the end of a dry run,
 // or another pass (more) for objects the pass did not see (a restore).
-func (m *Migrator) endPass(ctx context.Context, r *versions.Resource, target string, st *Status) (more bool, err error) {
-	view, err := m.cfg.Store.View(ctx, raft.Linearizable)
+func (m *Migrator) endPass(ctx context.Context, r *versions.Resource, target string, st, old *Status) (more bool, err error) {
+	view, err := m.cfg.Store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return false, err
 	}
 	if err := m.count(view, r, target, st); err != nil {
 		return false, err
 	}
+	st.ObjectsPerSecond, st.ETASeconds = 0, 0
 	switch left := st.RemainingTotal(); {
 	case m.cfg.DryRun:
 		st.State, st.Finished, st.CheckedRevision = StateDryRun, time.Now().UTC(), view.Revision()
@@ -315,17 +346,23 @@ func (m *Migrator) endPass(ctx context.Context, r *versions.Resource, target str
 		m.log.Warn("migration blocked by objects that cannot be converted", "resource", r.Key(), "objects", left)
 	default:
 		st.Pass++
-		st.ScanRevision = view.Revision()
-		return true, nil
+		st.ScanRevision, st.PassScanned = view.Revision(), 0
+		more = true
 	}
-	return false, nil
+	if err := m.save(ctx, st, old); err != nil {
+		return false, err
+	}
+	if st.State == StateSucceeded && m.cfg.Finished != nil {
+		m.cfg.Finished(ctx, r.Key())
+	}
+	return more, nil
 }
 
 // migrationTarget is the version to migrate into: the common encoding version, once
 // every registered node not only prefers it but already writes it (a node switches its
 // effective version only when every member decodes it). Otherwise "" and why not.
 func migrationTarget(sv *versions.StorageVersion) (string, string) {
-	if sv == nil {
+	if sv == nil || sv.Revision == 0 {
 		return "", "no StorageVersion record yet"
 	}
 	if c, ok := sv.Condition(versions.ConditionAllEncodingVersionsEqual); !ok || c.Status != "True" || sv.CommonEncodingVersion == "" {
@@ -346,7 +383,7 @@ func (m *Migrator) finish(st *Status, r *versions.Resource, target string, view 
 		m.log.Info("migration complete", "resource", r.Key(), "version", target, "migrated", st.Migrated,
 			"skipped", st.Skipped)
 	}
-	st.State, st.Target, st.NextKey, st.ScanRevision = StateSucceeded, target, nil, 0
+	st.State, st.Target, st.NextKey, st.ScanRevision, st.Requested = StateSucceeded, target, nil, 0, false
 	st.CheckedRevision = view.Revision()
 	st.Message = fmt.Sprintf("every stored object is in %s", target)
 }
@@ -393,162 +430,4 @@ func (m *Migrator) mayHaveWork(ctx context.Context, view *fsm.View, r *versions.
 		}
 	}
 	return false
-}
-
-// chunk scans the next chunk of the pass and rewrites what is not in the target version.
-func (m *Migrator) chunk(ctx context.Context, view *fsm.View, r *versions.Resource, st *Status) error {
-	prefix := []byte(r.Prefix)
-	start := prefix
-	if len(st.NextKey) > 0 {
-		start = st.NextKey
-	}
-	kvs, next, err := view.Range(start, fsm.PrefixEnd(prefix), st.ScanRevision, m.cfg.Chunk)
-	if errors.Is(err, fsm.ErrCompacted) {
-		// The pass's revision is compacted: go on from the same key at the latest
-		// revision (KEP-365's inconsistent continue). Objects written meanwhile are in
-		// the target version already, so nothing is missed that matters.
-		m.log.Info("migration scan revision compacted; continuing at the latest revision",
-			"resource", r.Key(), "revision", st.ScanRevision, "latest", view.Revision())
-		st.ScanRevision = view.Revision()
-		kvs, next, err = view.Range(start, fsm.PrefixEnd(prefix), st.ScanRevision, m.cfg.Chunk)
-	}
-	if err != nil {
-		return err
-	}
-	for _, kv := range kvs {
-		st.Scanned++
-		if r.StoredVersion(kv) == st.Target {
-			continue
-		}
-		if m.cfg.DryRun {
-			st.Migrated++ // would be
-			continue
-		}
-		if err := m.wait(ctx); err != nil {
-			return err
-		}
-		switch err := m.rewrite(ctx, r, kv, st.Target); {
-		case errors.Is(err, errChanged):
-			st.Skipped++
-		case errors.Is(err, errPoison):
-			if !slices.ContainsFunc(st.Poison, func(p Poison) bool { return p.Key == string(kv.Key) }) && len(st.Poison) < maxPoison {
-				st.Poison = append(st.Poison, Poison{Key: string(kv.Key), Error: err.Error()})
-			}
-			m.log.Warn("migration: object cannot be rewritten", "key", string(kv.Key), "error", err)
-		case err != nil:
-			return err // replication trouble: the step is retried from the checkpoint
-		default:
-			st.Migrated++
-			if from := r.StoredVersion(kv); st.Remaining[from] > 0 {
-				st.Remaining[from]--
-			}
-		}
-	}
-	st.NextKey = next
-	if next == nil {
-		st.ScanRevision = 0
-	}
-	return nil
-}
-
-var (
-	errChanged = errors.New("migrate: object changed since the scan")
-	errPoison  = errors.New("migrate: object cannot be converted")
-)
-
-// rewrite stores kv's object in version target, if it still is what the scan read.
-func (m *Migrator) rewrite(ctx context.Context, r *versions.Resource, kv fsm.KeyValue, target string) error {
-	obj, err := versions.DecodeObject(kv.Value)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
-	}
-	out, _, err := r.Convert(obj, r.StoredVersion(kv), target)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
-	}
-	value, err := json.Marshal(out)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
-	}
-	txn := &fsm.Txn{
-		Compares: []fsm.Compare{{Key: kv.Key, Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: kv.ModRevision}},
-		Success:  []fsm.Op{{Type: fsm.OpPut, Key: kv.Key, Value: value, Encoding: versions.EncodingTag(r.Key(), target)}},
-	}
-	res, err := m.cfg.Store.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		return fmt.Errorf("%w: %v", errPoison, res.Err)
-	}
-	if !res.Succeeded {
-		return errChanged
-	}
-	return nil
-}
-
-// wait takes one token of the rewrite rate.
-func (m *Migrator) wait(ctx context.Context) error {
-	if m.cfg.Rate < 0 {
-		return nil
-	}
-	m.mu.Lock()
-	now := time.Now()
-	if !m.last.IsZero() {
-		m.tokens = min(m.tokens+now.Sub(m.last).Seconds()*float64(m.cfg.Rate), float64(m.cfg.Rate))
-	}
-	m.last = now
-	m.tokens--
-	d := time.Duration(0)
-	if m.tokens < 0 {
-		d = time.Duration(-m.tokens / float64(m.cfg.Rate) * float64(time.Second))
-	}
-	m.mu.Unlock()
-	if d == 0 {
-		return nil
-	}
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// save writes st when it differs from old (beyond timestamps), CAS on the record's
-// revision prev (0: the record must not exist).
-func (m *Migrator) save(ctx context.Context, st *Status, prev int64, old *Status) error {
-	st.Revision = 0
-	if prev != 0 && sameStatus(st, old) {
-		return nil
-	}
-	st.Updated = time.Now().UTC()
-	value, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	key := []byte(StatusKey(st.Resource))
-	txn := &fsm.Txn{
-		Compares: []fsm.Compare{{Key: key, Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: prev}},
-		Success:  []fsm.Op{{Type: fsm.OpPut, Key: key, Value: value}},
-	}
-	res, err := m.cfg.Store.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
-	if err != nil {
-		return err
-	}
-	if res.Err != nil {
-		return res.Err
-	}
-	if !res.Succeeded {
-		return errors.New("migrate: status changed under this step (another leader?); retrying")
-	}
-	return nil
-}
-
-func sameStatus(a, b *Status) bool {
-	x, y := *a, *b
-	x.Updated, y.Updated, x.Revision, y.Revision = time.Time{}, time.Time{}, 0, 0
-	bx, _ := json.Marshal(x)
-	by, _ := json.Marshal(y)
-	return bytes.Equal(bx, by)
 }

@@ -18,16 +18,16 @@ import (
 // encoding version. The objects are put in place with raw writes, as an older release
 // (tagged v1) or a restored backup (untagged, apiVersion apps/v1) would have left them.
 
-func openStore(t *testing.T) *raft.Node { return rafttest.Single(t, "n1") }
+func openStore(t testing.TB) *raft.Node { return rafttest.Single(t, "n1") }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	n      *raft.Node
 	schema *versions.Schema
 	res    *versions.Resource
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	n := openStore(t)
 	s, err := versions.LoadSchema("../versions/testdata/widgets-v1v2.yaml")
@@ -89,10 +89,11 @@ func (f *fixture) migrator(cfg Config) *Migrator {
 	return m
 }
 
-// stepUntil steps until the status is in state want (at most 200 steps).
+// stepUntil steps until the status is in state want (at most 200 steps per 100
+// objects scanned, so a benchmark of 100k objects fits).
 func (f *fixture) stepUntil(m *Migrator, want State) *Status {
 	f.t.Helper()
-	for range 200 {
+	for range 200_000 {
 		if _, err := m.Step(context.Background(), f.res); err != nil {
 			f.t.Fatalf("step: %v", err)
 		}
@@ -178,13 +179,24 @@ func TestMigrate(t *testing.T) {
 
 	// Blocked, it does not loop on the poison object; once it is deleted, it finishes.
 	steps := 0
-	for range 3 {
-		if more, _ := m.Step(context.Background(), f.res); more {
+	for i := range 3 {
+		more, err := m.Step(context.Background(), f.res)
+		if err != nil {
+			t.Fatalf("blocked step %d: %v", i, err)
+		}
+		if more {
 			steps++
 		}
 	}
-	if again, _ := ReadStatus(f.n.Store().View(), f.res.Key()); len(again.Poison) != 1 {
-		t.Fatalf("poison listed %d times", len(again.Poison))
+	if steps != 0 {
+		t.Fatalf("blocked: %d of 3 steps asked to be stepped again, want 0", steps)
+	}
+	again, err := ReadStatus(f.n.Store().View(), f.res.Key())
+	if err != nil || again == nil {
+		t.Fatalf("status after blocked steps: %+v, %v", again, err)
+	}
+	if again.State != StateBlocked || len(again.Poison) != 1 {
+		t.Fatalf("after blocked steps: state %s, poison listed %d times; want Blocked, once", again.State, len(again.Poison))
 	}
 	if _, err := f.n.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{{
 		Type: fsm.OpDelete, Key: []byte(f.res.Prefix + "zz-poison")}}}}); err != nil {

@@ -7,9 +7,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keel-kv/keel/fsm"
 )
 
-// benchCluster is a 3-node cluster on loopback with real bolt logs (fsync per batch).
+// benchCluster is a 3-node cluster on loopback with real logs (raft/wal: one fdatasync
+// per batch).
 func benchCluster(b *testing.B) *testCluster { return newCluster(b, 3, nil) }
 
 // BenchmarkClusterPut measures replicated writes/s: 256-byte values from 64 concurrent
@@ -65,7 +68,7 @@ func BenchmarkClusterLinearizableRead(b *testing.B) {
 			defer wg.Done()
 			n := c.nodes[w%3]
 			for next.Add(1) <= int64(b.N) {
-				v, err := n.View(context.Background(), Linearizable)
+				v, err := n.View(context.Background(), fsm.Linearizable)
 				if err != nil {
 					b.Error(err)
 					return

@@ -1,7 +1,3 @@
-// Package raft replicates keel's state machine (package fsm) with hashicorp/raft: a
-// bolt log and stable store, file snapshots, and one TCP port that carries both Raft
-// and keel's own RPC (forwarded writes, read indexes, joins). It gives the rest of
-// keel writes from any node, linearizable and serializable reads, and joins.
 package raft
 
 import (
@@ -17,6 +13,8 @@ import (
 // Errors of replication. A write that fails with ErrNoLeader or ErrNotLeader was not
 // applied; one that fails with ErrTimeout may or may not have been.
 var (
+	// ErrNoLeader: this node has no leader contact (see contact.go) and waited
+	// LeaderWait for it in vain, or knew no leader until the request's deadline.
 	ErrNoLeader  = errors.New("raft: no leader")
 	ErrNotLeader = errors.New("raft: not the leader")
 	ErrTimeout   = errors.New("raft: timed out, outcome unknown")
@@ -25,23 +23,6 @@ var (
 	// (a node of an older release); nothing was proposed. Retry after the upgrade.
 	ErrFormatNotAgreed = errors.New("raft: command format not yet supported by every voter")
 )
-
-// Consistency is what a read promises.
-type Consistency int
-
-const (
-	// Linearizable reads reflect every write acknowledged before the read began.
-	Linearizable Consistency = iota
-	// Serializable reads return the local state: possibly stale, never torn.
-	Serializable
-)
-
-func (c Consistency) String() string {
-	if c == Serializable {
-		return "serializable"
-	}
-	return "linearizable"
-}
 
 // Config configures one node's replication.
 type Config struct {
@@ -56,16 +37,36 @@ type Config struct {
 	Bootstrap bool
 	// Join lists raft addresses of members to ask to add this node, tried until one
 	// answers, when DataDir holds no Raft state.
-	Join   []string
-	Logger hclog.Logger
+	Join []string
+	// SourceIP, when set, is the local IP this node's outgoing Raft and RPC
+	// connections come from (the port is the kernel's); by default the kernel picks it.
+	// Tests that put a fault-injecting proxy between in-process nodes use it to tell
+	// the nodes' connections apart.
+	SourceIP string
+	Logger   hclog.Logger
 
-	ApplyTimeout       time.Duration // bound on one write's replication
+	ApplyTimeout time.Duration // bound on one write's replication
+	// LeaderWait bounds how long a request waits for leader contact when the node has
+	// none (see contact.go) before it fails with ErrNoLeader; at most ApplyTimeout.
+	LeaderWait         time.Duration
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	SnapshotThreshold  uint64 // log entries between snapshots
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64 // entries kept after a snapshot for slow followers
+
+	// FormatsFromGossip: the embedding agent learns the command formats every voter
+	// applies from gossip and sets them (SetCommandFormatLimit). Without it the node
+	// asks every voter over RPC itself.
+	FormatsFromGossip bool
+
+	// LogFaults, for fault-injection tests only, is the path of a control file: while
+	// it exists, the log store's writes or syncs fail as it says (wal.FaultFS).
+	LogFaults string
+
+	// noFormatsRPC (tests only) answers rpcFormats as a release before it did.
+	noFormatsRPC bool
 
 	// wrapLogStore, when set (tests only), wraps the log store so a test can make it
 	// fail the way a full disk does.
@@ -77,6 +78,7 @@ func DefaultConfig() Config {
 	return Config{
 		BindAddr:           "127.0.0.1:7371",
 		ApplyTimeout:       10 * time.Second,
+		LeaderWait:         500 * time.Millisecond,
 		HeartbeatTimeout:   1000 * time.Millisecond,
 		ElectionTimeout:    1000 * time.Millisecond,
 		LeaderLeaseTimeout: 500 * time.Millisecond,
@@ -110,6 +112,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("raft: advertise address %q: must be reachable, not unspecified", c.AdvertiseAddr)
 		}
 	}
+	if c.SourceIP != "" && net.ParseIP(c.SourceIP) == nil {
+		return fmt.Errorf("raft: source IP %q is not an IP address", c.SourceIP)
+	}
+	if c.LeaderWait < 0 || (c.ApplyTimeout > 0 && c.LeaderWait > c.ApplyTimeout) {
+		return fmt.Errorf("raft: leader wait %v must be in [0, apply timeout %v]", c.LeaderWait, c.ApplyTimeout)
+	}
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			return fmt.Errorf("raft: join address %q: %w", j, err)
@@ -122,6 +130,9 @@ func (c *Config) setDefaults() {
 	d := DefaultConfig()
 	if c.ApplyTimeout <= 0 {
 		c.ApplyTimeout = d.ApplyTimeout
+	}
+	if c.LeaderWait <= 0 {
+		c.LeaderWait = min(d.LeaderWait, c.ApplyTimeout)
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = d.HeartbeatTimeout

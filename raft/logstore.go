@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
@@ -20,10 +19,11 @@ const walDir = "wal"
 // earlier release keeps its log in raft.db: it is copied into a new WAL once, built
 // under a temporary name and renamed into place only when complete, so a crash during
 // the copy leaves the old log in charge and the copy starts over.
-func openLogStore(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) (*wal.Store, error) {
+func openLogStore(dir string, bolt *raftboltdb.BoltStore, opts wal.Options) (*wal.Store, error) {
+	log := opts.Logger
 	path := filepath.Join(dir, walDir)
 	if _, err := os.Stat(path); err == nil {
-		return wal.Open(path)
+		return wal.OpenWith(path, opts)
 	}
 	first, err := bolt.FirstIndex()
 	if err != nil {
@@ -54,9 +54,8 @@ func openLogStore(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) (*wa
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, fmt.Errorf("raft: install wal: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+	if err := (wal.OSFS{}).SyncDir(dir); err != nil {
+		return nil, fmt.Errorf("raft: install wal: %w", err)
 	}
 	if last > 0 {
 		// The WAL is in place and authoritative; the old copy only takes space.
@@ -64,7 +63,7 @@ func openLogStore(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) (*wa
 			log.Warn("could not drop the old log from raft.db", "error", err)
 		}
 	}
-	return wal.Open(path)
+	return wal.OpenWith(path, opts)
 }
 
 func copyLog(from hraft.LogStore, to *wal.Store, first, last uint64) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/keel-kv/keel/raft/wal"
 )
 
 // TestLogMovesFromBolt: a data directory of a release that kept the log in raft.db
@@ -39,7 +42,7 @@ func TestLogMovesFromBolt(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, walDir+".tmp"), 0o700)
 	os.WriteFile(filepath.Join(dir, walDir+".tmp", "seg-00000000000000000007.wal"), []byte("partial"), 0o600)
 
-	w, err := openLogStore(dir, bolt, hclog.NewNullLogger())
+	w, err := openLogStore(dir, bolt, wal.Options{Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +131,75 @@ func TestFollowerRecoversAfterFailedAppends(t *testing.T) {
 	})
 	if got, want := c.nodes[victim].Store().View().Hash(), c.nodes[lead].Store().View().Hash(); got != want {
 		t.Fatalf("follower state %x != leader state %x", got, want)
+	}
+}
+
+// TestLogSyncFailureStopsTheNode: when the leader's fdatasync fails, its log store
+// refuses every later write, the leader steps down and stops (LogFailed), the others
+// elect a leader and keep every acknowledged write; restarted with a healthy disk, the
+// node recovers from what is on disk and catches up.
+func TestLogSyncFailureStopsTheNode(t *testing.T) {
+	controls := map[string]string{}
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.LogFaults = filepath.Join(t.TempDir(), "faults")
+		controls[cfg.NodeID] = cfg.LogFaults
+	})
+	lead := c.leader()
+	victim := c.nodes[lead]
+	acked := map[string]string{}
+	for i := range 20 {
+		k := fmt.Sprintf("before-%d", i)
+		mustPut(t, victim, k, k)
+		acked[k] = k
+	}
+	if err := os.WriteFile(controls[victim.cfg.NodeID], []byte("sync"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Writes through the failing leader: none may be acknowledged unless it is
+	// replicated and applied elsewhere.
+	for i := range 5 {
+		k := fmt.Sprintf("during-%d", i)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := victim.Apply(ctx, putCmd(k, k))
+		cancel()
+		if err == nil && res.Err == nil {
+			acked[k] = k
+		}
+	}
+	select {
+	case err := <-victim.LogFailed():
+		if !errors.Is(err, wal.ErrFailed) && !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("LogFailed = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's log failed but LogFailed did not fire")
+	}
+	waitFor(t, 10*time.Second, "the failed node to stop", func() bool {
+		victim.closeMu.Lock()
+		defer victim.closeMu.Unlock()
+		return victim.closed
+	})
+	c.nodes[lead] = nil
+	next := c.leader()
+	for i := range 20 {
+		k := fmt.Sprintf("after-%d", i)
+		mustPut(t, c.nodes[next], k, k)
+		acked[k] = k
+	}
+	view := c.nodes[next].Store().View()
+	for k, v := range acked {
+		kv, err := view.Get([]byte(k), 0)
+		if err != nil || string(kv.Value) != v {
+			t.Fatalf("acknowledged %s: %v %q", k, err, kv.Value)
+		}
+	}
+	// A healthy disk again: the node restarts from what is on disk and catches up.
+	os.Remove(controls[victim.cfg.NodeID])
+	c.restart(lead)
+	waitFor(t, 15*time.Second, "the restarted node to catch up", func() bool {
+		return c.nodes[lead].Store().AppliedIndex() >= c.nodes[next].Store().AppliedIndex()
+	})
+	if got, want := c.nodes[lead].Store().View().Hash(), c.nodes[next].Store().View().Hash(); got != want {
+		t.Fatalf("restarted node state %x != leader state %x", got, want)
 	}
 }

@@ -13,7 +13,7 @@ import (
 type Member struct {
 	ID       string
 	Address  string
-	Suffrage string // "Voter" or "Nonvoter"
+	Suffrage hraft.ServerSuffrage // hraft.Voter or hraft.Nonvoter; String gives the API's name
 	Leader   bool
 }
 
@@ -67,9 +67,9 @@ func (n *Node) refreshMembers() {
 	}
 	var ms []Member
 	for _, s := range f.Configuration().Servers {
-		suffrage := "Voter"
+		suffrage := hraft.Voter
 		if s.Suffrage != hraft.Voter {
-			suffrage = "Nonvoter"
+			suffrage = hraft.Nonvoter // keel never stages servers
 		}
 		ms = append(ms, Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrage})
 	}

@@ -22,6 +22,7 @@ type mux struct {
 	advertise net.Addr
 	raftConns chan net.Conn
 	rpc       func(net.Conn)
+	src       net.IP // source of outgoing connections; nil = the kernel's choice
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -99,11 +100,16 @@ func (s streamLayer) Close() error   { return s.m.Close() }
 func (s streamLayer) Addr() net.Addr { return s.m.advertise }
 
 func (s streamLayer) Dial(addr hraft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return dialProto(string(addr), protoRaft, timeout)
+	return dialProto(s.m.src, string(addr), protoRaft, timeout)
 }
 
-func dialProto(addr string, proto byte, timeout time.Duration) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+// dialProto connects to the raft port at addr, from src when set, and sends proto.
+func dialProto(src net.IP, addr string, proto byte, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if src != nil {
+		d.LocalAddr = &net.TCPAddr{IP: src}
+	}
+	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/freeport"
 )
 
 // testCluster is n real nodes over TCP on loopback, each with its own data dir.
@@ -131,7 +136,7 @@ func TestWritesAnywhereLinearizableReadsOnFollowers(t *testing.T) {
 		reader := c.nodes[(i+1)%3]
 		key, val := fmt.Sprintf("k%d", i), fmt.Sprint(i)
 		rev := mustPut(t, writer, key, val)
-		v, err := reader.View(ctx, Linearizable)
+		v, err := reader.View(ctx, fsm.Linearizable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,8 +145,13 @@ func TestWritesAnywhereLinearizableReadsOnFollowers(t *testing.T) {
 			t.Fatalf("read on %s after write on %s: %q %v (rev %d < %d?)", reader.cfg.NodeID, writer.cfg.NodeID, kv.Value, err, v.Revision(), rev)
 		}
 	}
-	if _, err := c.nodes[1].ClusterSecret(ctx); err != nil {
-		t.Fatal(err)
+	// The embedding agent mints the secret; here a follower proposes one.
+	meta := &fsm.Command{Type: fsm.CmdClusterMeta, ClusterID: "c", Secret: []byte("secret")}
+	if res, err := c.nodes[2].Apply(ctx, meta); err != nil || res.Err != nil {
+		t.Fatalf("propose cluster meta: %v %v", err, res)
+	}
+	if s, err := c.nodes[1].ClusterSecret(ctx); err != nil || string(s) != "secret" {
+		t.Fatalf("cluster secret on n2 = %q, %v", s, err)
 	}
 }
 
@@ -191,7 +201,7 @@ func TestLeaderKilledNoAcknowledgedWriteLost(t *testing.T) {
 	if elected > 5*time.Second {
 		t.Fatalf("new leader after %v", elected)
 	}
-	v, err := c.nodes[newLead].View(ctx, Linearizable)
+	v, err := c.nodes[newLead].View(ctx, fsm.Linearizable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,10 +298,10 @@ func TestNoLeaderFailsFast(t *testing.T) {
 	if !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrTimeout) {
 		t.Fatalf("apply without quorum: %v", err)
 	}
-	if _, err := c.nodes[f].View(ctx, Linearizable); err == nil {
+	if _, err := c.nodes[f].View(ctx, fsm.Linearizable); err == nil {
 		t.Fatal("linearizable read without quorum succeeded")
 	}
-	if _, err := c.nodes[f].View(ctx, Serializable); err != nil {
+	if _, err := c.nodes[f].View(ctx, fsm.Serializable); err != nil {
 		t.Fatalf("serializable read without quorum: %v", err)
 	}
 }
@@ -314,5 +324,77 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLocalAndForwardedResultsAgree: the leader hands back the state machine's result
+// as it is, a follower a decoded copy of it; callers cannot tell them apart.
+func TestLocalAndForwardedResultsAgree(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	follower := (lead + 1) % 3
+	ctx := context.Background()
+	for i, n := range []*Node{c.nodes[lead], c.nodes[follower]} {
+		key := fmt.Sprint("k", i)
+		mustPut(t, n, key, "v1")
+		cmd := &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: []byte("v2")}}}}
+		res, err := n.Apply(ctx, cmd)
+		if err != nil || res.Err != nil || !res.Succeeded {
+			t.Fatalf("#%d: put: %v %+v", i, err, res)
+		}
+		if len(res.Responses) != 1 || res.Responses[0].PrevKV == nil || string(res.Responses[0].PrevKV.Value) != "v1" {
+			t.Errorf("#%d: prev kv = %+v, want v1", i, res.Responses)
+		}
+		res, err = n.Apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: res.Revision + 100})
+		if err != nil || !errors.Is(res.Err, fsm.ErrFutureRevision) {
+			t.Errorf("#%d: compact to the future: %v, result error %v, want %v", i, err, res.Err, fsm.ErrFutureRevision)
+		}
+	}
+}
+
+// TestFailedOpenLeavesNothingRunning: an Open that fails after the port, the stable
+// store and the log are open (here the snapshot directory cannot be made) releases them
+// all through the one shutdown path: no goroutine left, the port binds again, and the
+// data directory opens again.
+func TestFailedOpenLeavesNothingRunning(t *testing.T) {
+	cfg := testConfig(t, "n1")
+	cfg.Bootstrap = true
+	cfg.BindAddr = freeport.AddrTCPUDP()
+	snaps := filepath.Join(cfg.DataDir, "raft", "snapshots")
+	if err := os.MkdirAll(filepath.Dir(snaps), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(snaps, nil, 0o600); err != nil { // a file where a directory goes
+		t.Fatal(err)
+	}
+	baseline := runtime.NumGoroutine()
+	if n, err := Open(context.Background(), cfg, fsm.NewStore()); err == nil {
+		n.shutdown()
+		t.Fatal("Open succeeded without a snapshot directory")
+	}
+	waitFor(t, 10*time.Second, "the goroutines of the failed Open to end", func() bool {
+		return runtime.NumGoroutine() <= baseline
+	})
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		t.Fatalf("raft port still held: %v", err)
+	}
+	ln.Close()
+	os.Remove(snaps)
+	opened := make(chan error, 1)
+	go func() {
+		n, err := Open(context.Background(), cfg, fsm.NewStore())
+		if err == nil {
+			err = n.shutdown()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("reopening the data dir still waiting after 20s: the bolt lock was not released")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keel-kv/keel/fsm"
 )
 
 // keel's RPC on the raft port: a connection carries one request at a time, each a
@@ -26,6 +28,8 @@ const (
 	rpcRemove
 	rpcTransfer
 	rpcApplied
+	rpcLeaderCall // appended: kinds are wire values shared with other releases
+	rpcFormats    // the command formats this node applies (formats.go)
 )
 
 const (
@@ -61,6 +65,10 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
+	if string(hdr[:]) == "HTTP" {
+		return nil, errors.New("raft rpc: the peer answered in HTTP: that is a keel HTTP API address " +
+			"(-http-addr, default port 7370); Raft and -join take the Raft address (-raft-addr, default port 7371)")
+	}
 	if n == 0 || n > maxFrame {
 		return nil, fmt.Errorf("raft rpc: bad frame length %d", n)
 	}
@@ -144,7 +152,11 @@ func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
 	case rpcApply:
 		// Forwarded writes are applied only here, never forwarded again: a stale
 		// leader view on both sides must not make a write bounce.
-		return n.applyLocal(data(body))
+		res, err := n.applyLocal(data(body))
+		if err != nil {
+			return nil, err
+		}
+		return fsm.EncodeResult(res)
 	case rpcReadIndex:
 		idx, err := n.leaderReadIndex(ctx)
 		if err != nil {
@@ -161,6 +173,8 @@ func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
 		return nil, n.RemoveServer(ctx, string(body))
 	case rpcTransfer:
 		return nil, n.TransferLeadership(ctx, string(body))
+	case rpcLeaderCall:
+		return n.localLeaderCall(ctx, body)
 	case rpcApplied:
 		b := binary.AppendUvarint(nil, n.store.AppliedIndex())
 		b = binary.AppendUvarint(b, n.nonce)
@@ -170,6 +184,9 @@ func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
 			b = append(b, 0)
 		}
 		return b, nil
+	}
+	if kind == rpcFormats && !n.cfg.noFormatsRPC {
+		return []byte{fsm.MinCommandFormat, fsm.MaxCommandFormat}, nil
 	}
 	return nil, fmt.Errorf("raft rpc: unknown request kind %d", kind)
 }
@@ -183,6 +200,7 @@ var errSent = errors.New("raft rpc: connection failed after the request was sent
 // rpcPool keeps idle RPC connections per address; forwarded writes are the hot path of a
 // follower, and a connection carries one request at a time.
 type rpcPool struct {
+	src    net.IP // source of outgoing connections; nil = the kernel's choice
 	mu     sync.Mutex
 	idle   map[string][]*rpcConn
 	closed bool
@@ -213,7 +231,7 @@ func (p *rpcPool) get(ctx context.Context, addr string) (*rpcConn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	conn, err := dialProto(addr, protoRPC, timeout)
+	conn, err := dialProto(p.src, addr, protoRPC, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -245,10 +263,13 @@ func (p *rpcPool) close() {
 	p.idle = nil
 }
 
-// call sends one request to addr and waits for its response. A transport failure
-// before the request was written is returned as is (safe to retry elsewhere); after,
-// it wraps errSent.
+// call sends one request to addr and waits for its response, until ctx ends (then the
+// error wraps context.Cause(ctx)). A transport failure before the request was written
+// is returned as is (safe to retry elsewhere); after, it wraps errSent.
 func (p *rpcPool) call(ctx context.Context, addr string, kind byte, body []byte) ([]byte, error) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("raft rpc to %s: not sent: %w", addr, context.Cause(ctx))
+	}
 	c, err := p.get(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -258,19 +279,34 @@ func (p *rpcPool) call(ctx context.Context, addr string, kind byte, body []byte)
 		deadline = dl
 	}
 	c.c.SetDeadline(deadline)
+	// Ending ctx interrupts the call: a deadline in the past fails the blocked I/O.
+	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
 	if err := writeFrame(c.w, []byte{kind}, body); err != nil {
+		stop()
 		c.c.Close()
-		// A pooled connection may have been closed by the peer while idle; nothing
-		// reached a live server loop, so the write is safe to retry.
+		// A pooled connection may have been closed by the peer while idle, or ctx
+		// ended mid-frame; no complete frame reached a live server loop, so the
+		// request is safe to retry.
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("raft rpc to %s: not sent: %w", addr, context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("raft rpc to %s: %w", addr, err)
 	}
 	resp, err := readFrame(c.r)
+	interrupted := !stop()
 	if err != nil {
 		c.c.Close()
+		if interrupted {
+			return nil, fmt.Errorf("%w: %s: %w", errSent, addr, context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("%w: %s: %v", errSent, addr, err)
 	}
-	c.c.SetDeadline(time.Time{})
-	p.put(addr, c)
+	if interrupted {
+		c.c.Close() // its deadline may be in the past
+	} else {
+		c.c.SetDeadline(time.Time{})
+		p.put(addr, c)
+	}
 	if resp[0] != 0 {
 		return nil, decodeErr(resp[1:])
 	}

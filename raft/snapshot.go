@@ -15,7 +15,7 @@ import (
 // acknowledged before the call (a linearizable read precedes it). It returns the log
 // index the snapshot reflects and the bytes written.
 func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (index uint64, size int64, err error) {
-	if _, err := n.View(ctx, Linearizable); err != nil {
+	if _, err := n.View(ctx, fsm.Linearizable); err != nil {
 		return 0, 0, err
 	}
 	snap := n.store.Snapshot()

@@ -54,13 +54,19 @@ func TestConvert(t *testing.T) {
 			`{"apiVersion": "apps/v3beta1", "spec": {"scale": {"replicas": 5}, "labels": {"a": "b"}}}`, false},
 		{"v3 to v2", "v3beta1", "v2",
 			`{"apiVersion": "apps/v3beta1", "spec": {"scale": {"replicas": 5}, "labels": {"a": "b"}, "color": "red"}}`,
-			`{"apiVersion": "apps/v2", "spec": {"scale": {}, "replicas": 5, "color": "red"}}`, false},
+			`{"apiVersion": "apps/v2", "spec": {"replicas": 5, "color": "red"}}`, true}, // labels {a: b} is not the default
+		{"v3 to v2 default labels", "v3beta1", "v2",
+			`{"apiVersion": "apps/v3beta1", "spec": {"scale": {"replicas": 5}, "labels": ` + labels + `}}`,
+			`{"apiVersion": "apps/v2", "spec": {"replicas": 5}}`, false},
 		{"v3 to v1 chained back", "v3beta1", "v1",
 			`{"apiVersion": "apps/v3beta1", "spec": {"scale": {"replicas": 3}, "color": "blue", "labels": {}}}`,
-			`{"apiVersion": "apps/v1", "spec": {"scale": {}, "size": 3}}`, true},
-		{"v2 to v1 lossy even without data", "v2", "v1",
+			`{"apiVersion": "apps/v1", "spec": {"size": 3}}`, true},
+		{"v2 to v1 loses nothing without data", "v2", "v1",
+			`{"spec": {"color": "blue"}}`,
+			`{"apiVersion": "apps/v1"}`, false},
+		{"v2 to v1 keeps an empty object it did not empty", "v2", "v1",
 			`{"spec": {}}`,
-			`{"apiVersion": "apps/v1", "spec": {}}`, true},
+			`{"apiVersion": "apps/v1", "spec": {}}`, false},
 		{"same version", "v2", "v2",
 			`{"apiVersion": "apps/v2", "spec": {"size": 1, "legacy": true}}`,
 			`{"apiVersion": "apps/v2", "spec": {"size": 1, "legacy": true}}`, false},
@@ -104,9 +110,9 @@ func TestConvertRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Renames and defaults invert; the intermediate object that rename
-	// created (spec.scale) remains, empty.
-	want := obj(t, `{"apiVersion": "apps/v1", "metadata": {"name": "w"}, "spec": {"size": 2, "other": [1, 2], "scale": {}}}`)
+	// Renames and defaults invert exactly: the intermediate object that the
+	// rename created (spec.scale) goes when the inverse rename empties it.
+	want := obj(t, `{"apiVersion": "apps/v1", "metadata": {"name": "w"}, "spec": {"size": 2, "other": [1, 2]}}`)
 	if !reflect.DeepEqual(back, want) {
 		t.Fatalf("round trip: %v", back)
 	}

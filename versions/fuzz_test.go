@@ -98,3 +98,38 @@ func TestFuzzSeedsCurrent(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPrepareWrite feeds PrepareWrite and View untrusted objects (a PUT body over a
+// stored object) with every combination of versions that sel picks. Neither may
+// panic; errors wrap ErrBadObject or ErrConversion; an accepted write that loses
+// nothing reads in every served version and survives every read-and-write-back
+// unchanged (the property of TestNoSilentLoss). Seeds: testdata/fuzz/FuzzPrepareWrite.
+func FuzzPrepareWrite(f *testing.F) {
+	r := allServedWidgets(f)
+	f.Fuzz(func(t *testing.T, body, stored []byte, sel uint) {
+		vs := r.Decodable()
+		n := uint(len(vs))
+		version, sv, enc := vs[sel%n], vs[sel/n%n], vs[sel/n/n%n]
+		obj, err := DecodeObject(body)
+		if err != nil {
+			return
+		}
+		var st map[string]any
+		if s, err := DecodeObject(stored); err == nil {
+			st = s
+			if _, _, err := r.View(st, sv, version, enc); err != nil && !errors.Is(err, ErrConversion) && !errors.Is(err, ErrBadObject) {
+				t.Fatalf("View: %v", err)
+			}
+		}
+		w, err := r.PrepareWrite(obj, version, st, sv, enc)
+		if err != nil {
+			if !errors.Is(err, ErrConversion) && !errors.Is(err, ErrBadObject) {
+				t.Fatalf("PrepareWrite: %v", err)
+			}
+			return
+		}
+		if !w.Loses() {
+			checkNoSilentLoss(t, r, 0, w.Object, enc)
+		}
+	})
+}

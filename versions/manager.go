@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,13 +15,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/raft"
 )
 
 // Store is what the manager needs from the replicated store; *raft.Node satisfies it.
 type Store interface {
 	Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error)
-	View(ctx context.Context, c raft.Consistency) (*fsm.View, error)
+	View(ctx context.Context, c fsm.Consistency) (*fsm.View, error)
 	IsLeader() bool
 }
 
@@ -29,6 +29,9 @@ type Member struct {
 	ID          string
 	Incarnation uint64
 	Alive       bool
+	// Left: the member departed gracefully (gossip status left); its entries go at
+	// the next round, without waiting GCAfter.
+	Left bool
 	// Since is when the member stopped being alive (zero while alive).
 	Since time.Time
 	// Decodable maps resource "group/name" to the versions the member's schema decodes,
@@ -52,16 +55,16 @@ type Config struct {
 	// Interval is the reconcile period (registration, effective encoding, GC).
 	Interval time.Duration
 	// GCAfter is how long a member must have been dead (or absent) before the leader
-	// removes its entries.
+	// removes its entries (a member that left gracefully: at once).
 	GCAfter time.Duration
 	// HeartbeatInterval is how often the leader rewrites each StorageState.
 	HeartbeatInterval time.Duration
 }
 
 // DefaultConfig returns the production periods: reconcile every second, entries of a
-// dead node removed 30 s after gossip declares it dead, StorageState every 10 s.
+// dead node removed 10 s after gossip declares it dead, StorageState every 10 s.
 func DefaultConfig() Config {
-	return Config{Interval: time.Second, GCAfter: 30 * time.Second, HeartbeatInterval: 10 * time.Second}
+	return Config{Interval: time.Second, GCAfter: 10 * time.Second, HeartbeatInterval: 10 * time.Second}
 }
 
 // Validate names the first bad field.
@@ -88,13 +91,19 @@ type Manager struct {
 	log   hclog.Logger
 	start time.Time
 
-	mu struct {
+	// schema is the node's schema; ApplySchema replaces it (with mu held, together
+	// with mu.res, so a resource of the schema always has its state).
+	schema atomic.Pointer[Schema]
+	mu     struct {
 		sync.Mutex
-		res           map[string]*resourceState
-		lastHeartbeat time.Time
+		res map[string]*resourceState
 	}
 
+	applyMu sync.Mutex // serializes ApplySchema
+
 	conflicts atomic.Int64 // registration compare-and-swaps that lost a race
+	// kick asks the loop for a round now (after ApplySchema).
+	kick chan struct{}
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -106,7 +115,11 @@ func (m *Manager) Conflicts() int64 { return m.conflicts.Load() }
 
 // resourceState is the node's local standing for one resource.
 type resourceState struct {
-	registered  bool
+	registered bool
+	// gated: the resource was added at run time (ApplySchema) and is not served until
+	// every alive member has registered it (missing names those that have not).
+	gated       bool
+	missing     []string
 	effective   string // version writes use; "" refuses writes (see effErr)
 	effErr      error
 	undecodable error // stored objects this node cannot decode
@@ -122,7 +135,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, start: time.Now()}
+	m := &Manager{cfg: cfg, log: cfg.Logger, start: time.Now(), kick: make(chan struct{}, 1)}
+	m.schema.Store(cfg.Schema)
 	m.mu.res = make(map[string]*resourceState)
 	for _, r := range cfg.Schema.Resources {
 		m.mu.res[r.Key()] = &resourceState{}
@@ -144,6 +158,7 @@ func (m *Manager) Open(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-m.kick:
 			}
 		}
 	}()
@@ -157,8 +172,18 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
-// Schema is the node's schema.
-func (m *Manager) Schema() *Schema { return m.cfg.Schema }
+// Schema is the node's schema: the one it started with, or the last one ApplySchema
+// accepted. The schema itself is immutable; callers may keep it.
+func (m *Manager) Schema() *Schema { return m.schema.Load() }
+
+// state returns the local standing of r; a resource ApplySchema removed meanwhile gets
+// a throwaway one. Call with mu held.
+func (m *Manager) stateLocked(r *Resource) *resourceState {
+	if st, ok := m.mu.res[r.Key()]; ok {
+		return st
+	}
+	return &resourceState{}
+}
 
 // Local returns this node's entry for every resource of its schema (what it reports
 // in gossip metadata and registers).
@@ -166,8 +191,8 @@ func (m *Manager) Local() map[string]ServerStorageVersion {
 	out := make(map[string]ServerStorageVersion)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, r := range m.cfg.Schema.Resources {
-		out[r.Key()] = m.entryLocked(r, m.mu.res[r.Key()].effective)
+	for _, r := range m.Schema().Resources {
+		out[r.Key()] = m.entryLocked(r, m.stateLocked(r).effective)
 	}
 	return out
 }
@@ -190,6 +215,8 @@ func (m *Manager) WriteEncoding(resource string) (string, error) {
 		return "", fmt.Errorf("%w: resource %s is not in this node's schema", ErrUnknownVersion, resource)
 	case !st.registered:
 		return "", fmt.Errorf("%w for resource: %s", ErrNotRegistered, resource)
+	case st.gated:
+		return "", st.gateErr(resource)
 	case st.undecodable != nil:
 		return "", st.undecodable
 	case st.effective == "":
@@ -203,10 +230,23 @@ func (m *Manager) WriteEncoding(resource string) (string, error) {
 func (m *Manager) ReadCheck(resource string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st, ok := m.mu.res[resource]; ok {
-		return st.undecodable
+	st, ok := m.mu.res[resource]
+	switch {
+	case !ok:
+		return nil
+	case st.gated:
+		return st.gateErr(resource)
 	}
-	return nil
+	return st.undecodable
+}
+
+// gateErr says why a resource added at run time is not served yet.
+func (st *resourceState) gateErr(resource string) error {
+	msg := "added at run time: served once every member has registered it"
+	if len(st.missing) > 0 {
+		msg += fmt.Sprintf(" (waiting for %s)", strings.Join(st.missing, ", "))
+	}
+	return fmt.Errorf("%w for resource: %s: %s", ErrNotRegistered, resource, msg)
 }
 
 // Ready returns nil once every resource is registered and decodable, or the first
@@ -214,8 +254,8 @@ func (m *Manager) ReadCheck(resource string) error {
 func (m *Manager) Ready(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, r := range m.cfg.Schema.Resources {
-		st := m.mu.res[r.Key()]
+	for _, r := range m.Schema().Resources {
+		st := m.stateLocked(r)
 		if st.undecodable != nil {
 			return st.undecodable
 		}
@@ -248,7 +288,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		return
 	}
 	members := m.members()
-	for _, r := range m.cfg.Schema.Resources {
+	for _, r := range m.Schema().Resources {
 		if ctx.Err() != nil {
 			return
 		}
@@ -257,11 +297,14 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			m.log.Warn("storage version registration", "resource", r.Key(), "error", err)
 		}
 	}
-	if m.cfg.Store.IsLeader() && ctx.Err() == nil {
+	leader := m.cfg.Store.IsLeader()
+	if leader && ctx.Err() == nil {
 		if err := m.collect(ctx, members); err != nil && ctx.Err() == nil {
 			m.log.Warn("storage version gc", "error", err)
 		}
-		m.maybeHeartbeat(ctx)
+	}
+	if ctx.Err() == nil {
+		m.maybeHeartbeat(ctx, leader)
 	}
 }
 
@@ -276,7 +319,7 @@ func (m *Manager) members() []Member {
 // version this node's schema does not declare. The state machine counts objects per
 // encoding as writes apply, so this is exact and O(number of encodings).
 func (m *Manager) checkDecodable(ctx context.Context, r *Resource) {
-	view, err := m.cfg.Store.View(ctx, raft.Serializable)
+	view, err := m.cfg.Store.View(ctx, fsm.Serializable)
 	if err != nil {
 		return
 	}
@@ -294,12 +337,12 @@ func (m *Manager) checkDecodable(ctx context.Context, r *Resource) {
 	for _, v := range slices.Sorted(maps.Keys(stored)) {
 		if !r.HasVersion(v) {
 			bad = fmt.Errorf("%w: resource %s has objects stored in version %s, which this node's schema (%s) cannot decode",
-				ErrUndecodable, r.Key(), v, m.cfg.Schema.File)
+				ErrUndecodable, r.Key(), v, m.Schema().File)
 			break
 		}
 	}
 	m.mu.Lock()
-	m.mu.res[r.Key()].undecodable = bad
+	m.stateLocked(r).undecodable = bad
 	m.mu.Unlock()
 }
 
@@ -318,14 +361,14 @@ func (m *Manager) register(ctx context.Context, r *Resource, members []Member) e
 		}
 		effective, effErr := EffectiveEncoding(r, othersDecodable(sv, members, r.Key(), m.cfg.NodeID))
 		m.mu.Lock()
-		st := m.mu.res[r.Key()]
+		st := m.stateLocked(r)
 		if effErr != nil || (st.effective != "" && st.effective != effective && !r.Newer(effective, st.effective)) {
 			st.effective, st.effErr = effective, effErr
 		}
 		want := m.entryLocked(r, effective)
 		m.mu.Unlock()
 		if cur, ok := sv.Entry(m.cfg.NodeID); ok && entryEqual(cur, want) {
-			m.registered(r, effective, effErr)
+			m.registered(r, effective, effErr, unregistered(sv, members))
 			return nil
 		}
 		next := *sv
@@ -344,7 +387,7 @@ func (m *Manager) register(ctx context.Context, r *Resource, members []Member) e
 		if ok {
 			m.log.Debug("registered storage version", "resource", r.Key(), "encoding", want.EncodingVersion,
 				"effective", effective, "common", next.CommonEncodingVersion)
-			m.registered(r, effective, effErr)
+			m.registered(r, effective, effErr, unregistered(&next, members))
 			return nil
 		}
 		m.conflicts.Add(1)
@@ -361,21 +404,43 @@ func (m *Manager) register(ctx context.Context, r *Resource, members []Member) e
 	}
 }
 
-func (m *Manager) registered(r *Resource, effective string, effErr error) {
+// registered records a successful registration; missing lists the alive members
+// without an entry (a resource added at run time is served once none is missing).
+func (m *Manager) registered(r *Resource, effective string, effErr error, missing []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := m.mu.res[r.Key()]
+	st := m.stateLocked(r)
 	if !st.registered {
 		m.log.Info("storage versions registered", "resource", r.Key(), "encoding", r.Preferred, "effective", effective)
 	}
 	st.registered, st.lastErr, st.attempts = true, nil, 0
 	st.effective, st.effErr = effective, effErr
+	st.missing = missing
+	if st.gated && len(missing) == 0 {
+		st.gated = false
+		m.log.Info("every member registered the resource added at run time: serving it", "resource", r.Key())
+	}
+}
+
+// unregistered lists the alive members (not leaving) that have no entry in sv.
+func unregistered(sv *StorageVersion, members []Member) []string {
+	var out []string
+	for _, mb := range members {
+		if !mb.Alive || mb.Left {
+			continue
+		}
+		if _, ok := sv.Entry(mb.ID); !ok {
+			out = append(out, mb.ID)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (m *Manager) registerFailed(r *Resource, attempt int, err error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := m.mu.res[r.Key()]
+	st := m.stateLocked(r)
 	st.lastErr = err
 	st.attempts++
 	return fmt.Errorf("resource %s attempt %d: %w", r.Key(), attempt, err)

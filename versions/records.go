@@ -8,13 +8,12 @@ import (
 	"strings"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/raft"
 )
 
 // ReadStorageVersion reads the StorageVersion of resource from store (linearizable);
 // an absent one comes back empty with Revision 0.
 func ReadStorageVersion(ctx context.Context, store Store, resource string) (*StorageVersion, error) {
-	view, err := store.View(ctx, raft.Linearizable)
+	view, err := store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return nil, err
 	}
@@ -24,7 +23,7 @@ func ReadStorageVersion(ctx context.Context, store Store, resource string) (*Sto
 // ReadStorageState reads the StorageState of resource (linearizable); an absent one
 // comes back as the KEP's initial state, ["Unknown"].
 func ReadStorageState(ctx context.Context, store Store, resource string) (*StorageState, error) {
-	view, err := store.View(ctx, raft.Linearizable)
+	view, err := store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/raft"
 )
 
 // Report is what `keel versions` shows: per resource, every node's registered entry,
@@ -28,12 +27,19 @@ type ResourceReport struct {
 	// the resource.
 	WriteEncoding string `json:"writeEncoding,omitempty"`
 	WritesBlocked string `json:"writesBlocked,omitempty"`
+	// StoredObjects counts the objects stored per version, exactly, at the report's
+	// revision: the state machine's encoding-tag counts, plus objects written without
+	// a tag when StorageState is Exact (the answering node, or the record, knows the
+	// resource's prefix).
+	StoredObjects map[string]int64 `json:"storedObjects,omitempty"`
 }
 
-// BuildReport reads every StorageVersion and StorageState in the store from one
-// linearizable view and adds m's local standing; m may be nil (a node without schema).
+// BuildReport reads every StorageVersion in the store from one linearizable view,
+// computes every resource's StorageState at that view's revision (LiveStorageState:
+// exact right after a write, whoever leads), and adds m's local standing; m may be nil
+// (a node without schema).
 func BuildReport(ctx context.Context, store Store, m *Manager, nodeID string) (*Report, error) {
-	view, err := store.View(ctx, raft.Linearizable)
+	view, err := store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return nil, err
 	}
@@ -58,11 +64,18 @@ func BuildReport(ctx context.Context, store Store, m *Manager, nodeID string) (*
 		if err != nil {
 			return nil, err
 		}
-		ss, err := storageStateAt(view, name)
+		var r *Resource
+		if m != nil {
+			r = m.Schema().LookupKey(name)
+		}
+		ss, err := LiveStorageState(view, name, r)
 		if err != nil {
 			return nil, err
 		}
-		rr := ResourceReport{Resource: name, StorageVersion: sv, StorageState: ss}
+		rr := ResourceReport{Resource: name, StorageVersion: sv, StorageState: ss, StoredObjects: TagCounts(view, name)}
+		if ss.Exact {
+			rr.StoredObjects = maps.Clone(ss.ObjectCounts)
+		}
 		if m != nil && m.Schema().LookupKey(name) != nil {
 			if enc, err := m.WriteEncoding(name); err != nil {
 				rr.WritesBlocked = err.Error()
@@ -82,11 +95,14 @@ type Finding struct {
 	Message  string `json:"message"`
 }
 
-// CheckUpgrade says whether a node running schema s can join the cluster described by
-// rep now: for every resource, the node must decode every persisted version (or it
-// would refuse to become ready), and some version must be decodable by it and every
-// registered node (or its writes would be refused). A resource the cluster stores but
-// s lacks is reported, not refused: the new node simply does not serve it.
+// CheckUpgrade says whether a node running schema s — a newer release's, or an older
+// one's for a downgrade — can join the cluster described by rep now: for every
+// resource, the node must decode every version stored objects use (or it would refuse
+// to become ready), and some version must be decodable by it and every registered
+// node (or its writes would be refused). Stored versions are the exact per-version
+// counts at the report's revision plus the StorageState heartbeat's (objects without
+// an encoding tag). A resource the cluster stores but s lacks is reported, not
+// refused: the node simply does not serve it.
 func CheckUpgrade(s *Schema, rep *Report) []Finding {
 	var out []Finding
 	byName := map[string]ResourceReport{}
@@ -103,29 +119,78 @@ func CheckUpgrade(s *Schema, rep *Report) []Finding {
 	}
 	for _, rr := range rep.Resources {
 		if s.LookupKey(rr.Resource) == nil {
-			out = append(out, Finding{rr.Resource, true, "not in the new schema: the node will not serve it"})
+			msg := "not in this schema: the node will not serve it"
+			if n := sumCounts(storedVersions(rr)); n > 0 {
+				msg = fmt.Sprintf("not in this schema: the node will not serve it (%d stored object(s))", n)
+			}
+			out = append(out, Finding{rr.Resource, true, msg})
 		}
 	}
 	return out
 }
 
+// storedVersions is what is stored per version: the exact counts when the report has
+// them (StorageState.Exact). From a node of an older release it merges the tag counts
+// with the heartbeat's, taking the larger per version: the heartbeat adds untagged
+// objects, the tags are newer (a heartbeat older than a migration may name a version
+// no longer stored: the check then errs on the safe side until the next heartbeat).
+func storedVersions(rr ResourceReport) map[string]int64 {
+	out := map[string]int64{}
+	for v, n := range rr.StoredObjects {
+		if n > 0 && v != VersionUnknown {
+			out[v] = n
+		}
+	}
+	if ss := rr.StorageState; ss != nil && !ss.Exact {
+		for _, v := range ss.PersistedEncodingVersions {
+			if n := ss.ObjectCounts[v]; v != VersionUnknown && n > 0 {
+				out[v] = max(out[v], n)
+			}
+		}
+	}
+	return out
+}
+
+func sumCounts(m map[string]int64) int64 {
+	var n int64
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
 func checkResource(r *Resource, rr ResourceReport) []Finding {
 	var out []Finding
 	ok := true
-	if ss := rr.StorageState; ss != nil {
-		for _, v := range ss.PersistedEncodingVersions {
-			if v == VersionUnknown {
-				out = append(out, Finding{r.Key(), false, "stored versions are not known yet (no StorageState heartbeat); retry shortly"})
-				ok = false
-				continue
-			}
-			if !r.HasVersion(v) {
-				out = append(out, Finding{r.Key(), false, fmt.Sprintf(
-					"%d stored object(s) use version %s, which the new schema cannot decode: migrate them to a version it decodes first",
-					ss.ObjectCounts[v], v)})
-				ok = false
-			}
+	switch ss := rr.StorageState; {
+	case ss == nil:
+	case ss.Exact && ss.ObjectCounts[VersionUnknown] > 0:
+		out = append(out, Finding{r.Key(), false, fmt.Sprintf(
+			"%d stored object(s) have neither an encoding tag nor an apiVersion of group %s: fix or delete them",
+			ss.ObjectCounts[VersionUnknown], r.Group)})
+		ok = false
+	case !ss.Exact && slices.Contains(ss.PersistedEncodingVersions, VersionUnknown):
+		out = append(out, Finding{r.Key(), false, "objects stored without an encoding tag are not counted yet: the " +
+			"answering node's schema lacks the resource and no node serving it has written its StorageState; " +
+			"ask a node that serves it (-addr), or retry shortly"})
+		ok = false
+	}
+	stored := storedVersions(rr)
+	for _, v := range slices.Sorted(maps.Keys(stored)) {
+		if !r.HasVersion(v) {
+			out = append(out, Finding{r.Key(), false, fmt.Sprintf(
+				"%d stored object(s) use version %s, which this schema cannot decode: migrate them to a version it decodes first",
+				stored[v], v)})
+			ok = false
 		}
+	}
+	if ss := rr.StorageState; ss != nil && ss.CurrentEncodingVersion != "" && stored[ss.CurrentEncodingVersion] == 0 &&
+		!r.HasVersion(ss.CurrentEncodingVersion) {
+		out = append(out, Finding{r.Key(), false, fmt.Sprintf(
+			"the cluster writes version %s now, which this schema cannot decode: first make every node prefer a version "+
+				"this schema decodes (a schema that still decodes %s), and let the migration finish", ss.CurrentEncodingVersion,
+			ss.CurrentEncodingVersion)})
+		ok = false
 	}
 	var others [][]string
 	if rr.StorageVersion != nil {
@@ -136,7 +201,7 @@ func checkResource(r *Resource, rr ResourceReport) []Finding {
 	enc, err := EffectiveEncoding(r, others)
 	switch {
 	case err != nil:
-		out = append(out, Finding{r.Key(), false, "no version both the new schema and every registered node decode: its writes would be refused"})
+		out = append(out, Finding{r.Key(), false, "no version both this schema and every registered node decode: its writes would be refused"})
 		ok = false
 	case enc != r.Preferred:
 		out = append(out, Finding{r.Key(), ok, fmt.Sprintf(
@@ -155,4 +220,11 @@ func (s *Schema) LookupKey(key string) *Resource {
 		return nil
 	}
 	return s.Lookup(group, name)
+}
+
+// StorageVersionAt reads the StorageVersion of resource from view; an absent one comes
+// back empty with Revision 0. Callers that act on it in the same view (the migrator)
+// use it instead of ReadStorageVersion.
+func StorageVersionAt(view *fsm.View, resource string) (*StorageVersion, error) {
+	return storageVersionAt(view, resource)
 }

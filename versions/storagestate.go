@@ -3,6 +3,7 @@ package versions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/raft"
 )
 
 // VersionUnknown stands in persistedEncodingVersions for objects whose version nobody
@@ -18,8 +18,13 @@ import (
 const VersionUnknown = "Unknown"
 
 // StorageState is the replicated record, one per resource, of the encodings stored
-// objects use (the storage-version-migration KEP). The leader rewrites it every
-// HeartbeatInterval.
+// objects use (the storage-version-migration KEP). Every node whose schema has the
+// resource keeps it fresh: the leader rewrites it every HeartbeatInterval, any other
+// node once it is 2×HeartbeatInterval old (a leader without the resource, or without
+// a schema, no longer stops it for the whole cluster). Readers of this release do not
+// trust its age: they compute the same state at the current revision (LiveStorageState);
+// the record stays for nodes of older releases, and for the prefix of a resource the
+// answering node's schema lacks.
 //
 // keel knows the persisted set exactly rather than accumulating it: the state machine
 // counts live objects per encoding tag as writes apply (fsm View.Encodings), and the
@@ -37,7 +42,16 @@ type StorageState struct {
 	ObjectCounts     map[string]int64 `json:"objectCounts"`
 	ObservedRevision int64            `json:"observedRevision"`
 	LastHeartbeat    time.Time        `json:"lastHeartbeat"`
-	Revision         int64            `json:"revision,omitempty"` // set on read
+	// Group and Prefix say where the resource's objects are, so that a node whose
+	// schema lacks the resource can still count them (empty in records of older
+	// releases).
+	Group    string `json:"group,omitempty"`
+	Prefix   string `json:"prefix,omitempty"`
+	Revision int64  `json:"revision,omitempty"` // set on read
+	// Exact is set by readers (never stored): the counts were computed at
+	// ObservedRevision, the view's current one, not read from the record;
+	// LastHeartbeat and Revision still describe the record.
+	Exact bool `json:"exact,omitempty"`
 }
 
 // TagCounts returns the count of objects per version of resource from the state
@@ -76,7 +90,7 @@ func ComputeStorageState(view *fsm.View, r *Resource, common string) (*StorageSt
 		start = next
 	}
 	ss := &StorageState{Resource: r.Key(), CurrentEncodingVersion: common, ObjectCounts: counts,
-		ObservedRevision: view.Revision()}
+		ObservedRevision: view.Revision(), Group: r.Group, Prefix: r.Prefix}
 	set := slices.Collect(maps.Keys(counts))
 	if common != "" && !slices.Contains(set, common) {
 		set = append(set, common)
@@ -103,37 +117,78 @@ func compareVersions(r *Resource, a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// maybeHeartbeat rewrites every StorageState when HeartbeatInterval has passed.
-func (m *Manager) maybeHeartbeat(ctx context.Context) {
-	m.mu.Lock()
-	due := time.Since(m.mu.lastHeartbeat) >= m.cfg.HeartbeatInterval
-	m.mu.Unlock()
-	if !due {
-		return
+// LiveStorageState is resource's StorageState at view's revision, exact: the state
+// machine's tag counts plus a scan of the prefix for untagged objects. r is the
+// resource as the caller's schema declares it, or nil: then the group and prefix come
+// from the stored record. Without either (a record of an older release, or none) the
+// stored record comes back as it is, Exact false. The record's LastHeartbeat and
+// Revision are kept for display.
+func LiveStorageState(view *fsm.View, resource string, r *Resource) (*StorageState, error) {
+	rec, err := storageStateAt(view, resource)
+	if err != nil {
+		return nil, err
 	}
-	if err := m.Heartbeat(ctx); err != nil {
-		m.log.Warn("storage state heartbeat", "error", err)
-		return
+	if r == nil && rec.Prefix != "" && rec.Group != "" {
+		group, name, _ := strings.Cut(resource, "/")
+		if group == rec.Group {
+			r = &Resource{Group: group, Name: name, Prefix: rec.Prefix}
+		}
 	}
-	m.mu.Lock()
-	m.mu.lastHeartbeat = time.Now()
-	m.mu.Unlock()
+	if r == nil {
+		return rec, nil
+	}
+	sv, err := storageVersionAt(view, resource)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := ComputeStorageState(view, r, sv.CommonEncodingVersion)
+	if err != nil {
+		return nil, err
+	}
+	ss.LastHeartbeat, ss.Revision, ss.Exact = rec.LastHeartbeat, rec.Revision, true
+	return ss, nil
 }
 
-// Heartbeat recomputes and stores the StorageState of every resource now (the loop
-// does it every HeartbeatInterval on the leader).
+// maybeHeartbeat rewrites the StorageState of every resource of the schema whose
+// record is due: HeartbeatInterval old on the leader, twice that elsewhere (the
+// leader may lack the resource). Several nodes may find a record due at once; the
+// compare-and-swap lets one win and the others skip quietly.
+func (m *Manager) maybeHeartbeat(ctx context.Context, leader bool) {
+	due := m.cfg.HeartbeatInterval
+	if !leader {
+		due *= 2
+	}
+	view, err := m.cfg.Store.View(ctx, fsm.Serializable)
+	if err != nil {
+		return
+	}
+	for _, r := range m.Schema().Resources {
+		ss, err := storageStateAt(view, r.Key())
+		if err != nil || time.Since(ss.LastHeartbeat) < due {
+			continue
+		}
+		if err := m.heartbeat(ctx, r); err != nil && !errors.Is(err, errConcurrentHeartbeat) && ctx.Err() == nil {
+			m.log.Warn("storage state heartbeat", "resource", r.Key(), "error", err)
+		}
+	}
+}
+
+// errConcurrentHeartbeat: another node rewrote the record first (not a failure).
+var errConcurrentHeartbeat = errors.New("versions: storage state changed concurrently")
+
+// Heartbeat recomputes and stores the StorageState of every resource now (the
+// migrator's leader does it when a migration finishes).
 func (m *Manager) Heartbeat(ctx context.Context) error {
-	for _, r := range m.cfg.Schema.Resources {
+	for _, r := range m.Schema().Resources {
 		if err := m.heartbeat(ctx, r); err != nil {
 			return fmt.Errorf("resource %s: %w", r.Key(), err)
 		}
 	}
 	return nil
 }
-
 func (m *Manager) heartbeat(ctx context.Context, r *Resource) error {
 	// One linearizable view for the agreement, the objects and the record replaced.
-	view, err := m.cfg.Store.View(ctx, raft.Linearizable)
+	view, err := m.cfg.Store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return err
 	}
@@ -156,7 +211,7 @@ func (m *Manager) heartbeat(ctx context.Context, r *Resource) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("storage state of %s changed concurrently", r.Key())
+		return fmt.Errorf("%w: %s", errConcurrentHeartbeat, r.Key())
 	}
 	return nil
 }

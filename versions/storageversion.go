@@ -22,6 +22,10 @@ var (
 	// ErrInvalidEntry: a StorageVersion entry breaks encodingVersion ∈ decodableVersions ⊇
 	// servedVersions.
 	ErrInvalidEntry = errors.New("versions: invalid storage version entry")
+	// ErrSchemaChange: a schema applied at run time would strand stored objects
+	// (removes a resource that has some, changes a prefix, drops a stored version);
+	// nothing was changed.
+	ErrSchemaChange = errors.New("versions: schema change refused")
 )
 
 // Keys of the replicated objects keel keeps about resources. They live under

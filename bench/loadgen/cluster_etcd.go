@@ -197,6 +197,7 @@ type etcdDriver struct {
 	connsPerNode int
 	mu           sync.RWMutex
 	pool         map[int][]*clientv3.Client
+	watchers     map[int]*clientv3.Client // per member, for the watch workload
 }
 
 func newEtcdDriver(connsPerNode int) *etcdDriver {
@@ -310,4 +311,8 @@ func (d *etcdDriver) Close() {
 		}
 	}
 	d.pool = map[int][]*clientv3.Client{}
+	for _, c := range d.watchers {
+		c.Close()
+	}
+	d.watchers = nil
 }

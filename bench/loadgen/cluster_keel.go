@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keel-kv/keel/kv/api"
@@ -180,6 +181,9 @@ type keelDriver struct {
 	hc      *http.Client
 	tr      *http.Transport
 	streams []*client.Client // per member, nil without the stream protocol
+
+	watchMu  sync.Mutex
+	watchers map[int]*client.Client // per member, for the watch workload
 }
 
 // useStream connects the per-member stream clients (they dial on first use).

@@ -19,6 +19,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,18 +56,24 @@ type runConfig struct {
 	CompactVersions int   `json:"compact_versions"`
 	CompactClients  int   `json:"compact_clients"`
 	MemKeys         int   `json:"mem_keys"`
+	Watchers        int   `json:"watchers,omitempty"`
+	IdleWatchers    int   `json:"idle_watchers,omitempty"`
 }
 
 func (c runConfig) suite() suiteConfig {
 	s := defaultSuiteConfig()
 	s.clients, s.scanKeys, s.scanLimits = c.Clients, c.ScanKeys, c.ScanLimits
 	s.compactVersions, s.compactClients, s.memKeys = c.CompactVersions, c.CompactClients, c.MemKeys
+	if c.Watchers > 0 {
+		s.watchers, s.idleWatchers = c.Watchers, c.IdleWatchers
+	}
 	return s
 }
 
 func compareCmd(args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
 	systems := fs.String("systems", "etcd,keel", "systems to run, in order")
+	rounds := fs.Int("rounds", 2, "run every system this many times, interleaved (etcd, keel, etcd, keel); a target is met only by the worst run")
 	etcdBin := fs.String("etcd-bin", "/usr/bin/etcd", "etcd server binary")
 	keelBin := fs.String("keel-bin", "bin/keel", "keel binary")
 	work := fs.String("work", "", "scratch dir for data dirs and node logs (required)")
@@ -83,46 +91,55 @@ func compareCmd(args []string) error {
 	fs.IntVar(&cfg.compactVersions, "compact-versions", cfg.compactVersions, "superseded versions removed by the compaction")
 	fs.IntVar(&cfg.memKeys, "mem-keys", cfg.memKeys, "keys loaded before measuring RSS and the join")
 	fs.DurationVar(&cfg.compactWindow, "compact-window", cfg.compactWindow, "minimum measured time during compaction")
-	fs.StringVar(&cfg.only, "only", "", "run only these workloads (comma-separated: writes,reads,mixed,scans,compaction,memory); default all")
+	fs.StringVar(&cfg.only, "only", "", "run only these workloads (comma-separated: writes,reads,mixed,scans,compaction,watch,memory); default all")
+	fs.IntVar(&cfg.watchers, "watchers", cfg.watchers, "watch fan-out: watchers of one prefix (1 writer)")
+	fs.IntVar(&cfg.idleWatchers, "idle-watchers", cfg.idleWatchers, "watch memory: idle watchers on the leader (RSS growth reported per 10k)")
+	fs.DurationVar(&cfg.watchDur, "watch-dur", cfg.watchDur, "watch fan-out: measured time")
 	fs.Parse(args)
 	if *work == "" || *out == "" {
 		return errors.New("compare: -work and -out are required")
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("compare: -rounds %d, want >= 1", *rounds)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rc := runConfig{cfg.clients, cfg.scanKeys, cfg.scanLimits, cfg.compactVersions, cfg.compactClients, cfg.memKeys}
-	for _, sys := range strings.Split(*systems, ",") {
-		var newCl func(sub string) Cluster
-		var version string
-		switch sys {
-		case "etcd":
-			version = firstLine(*etcdBin, "--version")
-			newCl = func(sub string) Cluster {
-				return newEtcdCluster(*etcdBin, filepath.Join(*work, "etcd-"+sub), *pidFile, *conns, *profileDir != "")
+	rc := runConfig{cfg.clients, cfg.scanKeys, cfg.scanLimits, cfg.compactVersions, cfg.compactClients, cfg.memKeys, cfg.watchers, cfg.idleWatchers}
+	for round := 1; round <= *rounds; round++ {
+		for _, sys := range strings.Split(*systems, ",") {
+			dir := func(sub string) string { return filepath.Join(*work, fmt.Sprintf("%s-r%d-%s", sys, round, sub)) }
+			var newCl func(sub string) Cluster
+			var version string
+			switch sys {
+			case "etcd":
+				version = firstLine(*etcdBin, "--version")
+				newCl = func(sub string) Cluster {
+					return newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "")
+				}
+			case "keel":
+				if *keelProto != "stream" && *keelProto != "http" {
+					return fmt.Errorf("-keel-protocol %q: want stream or http", *keelProto)
+				}
+				version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
+				newCl = func(sub string) Cluster {
+					return newKeelCluster(*keelBin, dir(sub), *pidFile, *profileDir != "", *keelProto)
+				}
+			default:
+				return fmt.Errorf("unknown system %q", sys)
 			}
-		case "keel":
-			if *keelProto != "stream" && *keelProto != "http" {
-				return fmt.Errorf("-keel-protocol %q: want stream or http", *keelProto)
+			res := &Results{System: sys, Version: version, Started: time.Now(), Stats: map[string]Stats{}, Metrics: map[string]float64{}}
+			log.Printf("=== %s (%s), round %d of %d", sys, version, round, *rounds)
+			s := &suite{cfg: cfg, newCl: newCl, res: res, profileDir: *profileDir}
+			s.run(ctx)
+			if err := saveResults(filepath.Join(*out, fmt.Sprintf("%s-%d.json", sys, round)), rc, res); err != nil {
+				return err
 			}
-			version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
-			newCl = func(sub string) Cluster {
-				return newKeelCluster(*keelBin, filepath.Join(*work, "keel-"+sub), *pidFile, *profileDir != "", *keelProto)
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-		default:
-			return fmt.Errorf("unknown system %q", sys)
-		}
-		res := &Results{System: sys, Version: version, Started: time.Now(), Stats: map[string]Stats{}, Metrics: map[string]float64{}}
-		log.Printf("=== %s (%s)", sys, version)
-		s := &suite{cfg: cfg, newCl: newCl, res: res, profileDir: *profileDir}
-		s.run(ctx)
-		if err := saveResults(filepath.Join(*out, sys+".json"), rc, res); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
 		}
 	}
 	return printReport(*out)
@@ -160,32 +177,44 @@ func reportCmd(args []string) error {
 	return printReport(*out)
 }
 
-// printReport renders the table from out/keel.json and out/etcd.json, prints it with
-// both systems' notes and failures, and writes out/table.md.
+// printReport renders the table from every run in out (<system>-<round>.json, or
+// <system>.json from a single-run result dir), prints it with every run's notes and
+// failures, and writes out/table.md.
 func printReport(out string) error {
-	res := map[string]*Results{}
+	res := map[string][]*Results{}
 	var rc runConfig
 	for _, sys := range []string{"keel", "etcd"} {
-		s, err := loadResults(filepath.Join(out, sys+".json"))
+		paths, err := filepath.Glob(filepath.Join(out, sys+"-*.json"))
 		if err != nil {
-			log.Printf("report: %v", err)
-			res[sys] = &Results{System: sys, Stats: map[string]Stats{}, Metrics: map[string]float64{}}
-			continue
+			return err
 		}
-		res[sys], rc = s.Results, s.Config
+		sort.Slice(paths, func(i, j int) bool { return roundOf(paths[i]) < roundOf(paths[j]) })
+		if len(paths) == 0 {
+			paths = []string{filepath.Join(out, sys+".json")}
+		}
+		for _, p := range paths {
+			s, err := loadResults(p)
+			if err != nil {
+				log.Printf("report: %v", err)
+				continue
+			}
+			res[sys], rc = append(res[sys], s.Results), s.Config
+		}
 	}
 	if rc.Clients == 0 {
 		return errors.New("report: no results")
 	}
 	table, _, _ := renderTable(rc.suite(), res["keel"], res["etcd"])
 	var b strings.Builder
-	fmt.Fprintf(&b, "keel: %s\netcd: %s\n\n%s", res["keel"].Version, res["etcd"].Version, table)
+	fmt.Fprintf(&b, "keel: %s\netcd: %s\n\n%s", versionOf(res["keel"]), versionOf(res["etcd"]), table)
 	for _, sys := range []string{"keel", "etcd"} {
-		for _, n := range res[sys].Notes {
-			fmt.Fprintf(&b, "- %s: %s\n", sys, n)
-		}
-		for _, f := range res[sys].Failures {
-			fmt.Fprintf(&b, "- %s FAILED: %s\n", sys, f)
+		for i, r := range res[sys] {
+			for _, n := range r.Notes {
+				fmt.Fprintf(&b, "- %s run %d: %s\n", sys, i+1, n)
+			}
+			for _, f := range r.Failures {
+				fmt.Fprintf(&b, "- %s run %d FAILED: %s\n", sys, i+1, f)
+			}
 		}
 	}
 	fmt.Print("\n" + b.String())
@@ -199,4 +228,20 @@ func firstLine(bin string, args ...string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(outp)), "\n")
 	return line
+}
+
+// roundOf is the round number in a <system>-<round>.json path (0 when there is none).
+func roundOf(path string) int {
+	base := strings.TrimSuffix(filepath.Base(path), ".json")
+	_, n, _ := strings.Cut(base, "-")
+	r, _ := strconv.Atoi(n)
+	return r
+}
+
+// versionOf is the version the first run of a system reports ("not run" without one).
+func versionOf(runs []*Results) string {
+	if len(runs) == 0 {
+		return "not run"
+	}
+	return runs[0].Version
 }

@@ -35,6 +35,9 @@ type suiteConfig struct {
 
 	memKeys   int
 	joinLimit time.Duration
+
+	watchers, idleWatchers int // the watch workload: fan-out watchers, idle watchers
+	watchDur               time.Duration
 }
 
 func defaultSuiteConfig() suiteConfig {
@@ -46,6 +49,7 @@ func defaultSuiteConfig() suiteConfig {
 		compactKeys: 10_000, compactVersions: 1_000_000, compactClients: 16,
 		compactWindow: 10 * time.Second,
 		memKeys:       1_000_000, joinLimit: 5 * time.Minute,
+		watchers: 1000, idleWatchers: 10_000, watchDur: 8 * time.Second,
 	}
 }
 
@@ -144,6 +148,9 @@ func (s *suite) run(ctx context.Context) {
 			}
 		}
 	}()
+	if ctx.Err() == nil && s.wants("watch") {
+		s.onFresh(ctx, "w", s.watch)
+	}
 	if ctx.Err() != nil || !s.wants("memory") {
 		return
 	}
@@ -164,6 +171,23 @@ func (s *suite) run(ctx context.Context) {
 			s.join(ctx, cl, lead)
 		}
 	}()
+}
+
+// onFresh runs f on a fresh cluster (data dirs under sub), stopped afterwards.
+func (s *suite) onFresh(ctx context.Context, sub string, f func(ctx context.Context, cl Cluster, lead int)) {
+	cl := s.newCl(sub)
+	s.cl = cl
+	defer cl.Stop()
+	if err := cl.Start(ctx); err != nil {
+		s.fail("start cluster "+sub, err)
+		return
+	}
+	lead, err := cl.Leader(ctx)
+	if err != nil {
+		s.fail("leader "+sub, err)
+		return
+	}
+	f(ctx, cl, lead)
 }
 
 func (s *suite) writeOp(d Driver, node func(w int) int) opFunc {

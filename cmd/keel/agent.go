@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/versions"
 )
@@ -50,9 +51,10 @@ type agentFlags struct {
 	bootstrapExpect                                          int
 	maxValueBytes                                            int64
 	shutdownTimeout                                          time.Duration
-	schema                                                   string
+	schema, testLogFaults                                    string
 	noMigrate, migrateDryRun                                 bool
 	migrateRate                                              int
+	versionGCAfter                                           time.Duration
 }
 
 func newAgentCmd() *cobra.Command {
@@ -92,10 +94,13 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
-	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis")
-	fl.BoolVar(&f.noMigrate, "no-migrate", false, "as leader, never rewrite stored objects into the common encoding version")
+	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis; SIGHUP re-reads it (see keel schema apply)")
+	fl.BoolVar(&f.noMigrate, "no-migrate", false, "initial cluster-wide setting: migrations start only when asked (keel migrate start); see keel migrate settings")
 	fl.BoolVar(&f.migrateDryRun, "migrate-dry-run", false, "as leader, count what a migration would rewrite and write nothing")
-	fl.IntVar(&f.migrateRate, "migrate-rate", 500, "objects per second the migrator rewrites at most (-1: unlimited)")
+	fl.IntVar(&f.migrateRate, "migrate-rate", 500, "initial cluster-wide setting: objects per second the migrator rewrites at most (-1: unlimited); see keel migrate settings")
+	fl.DurationVar(&f.versionGCAfter, "version-gc-after", def.Versions.GCAfter, "as leader, remove the storage-version entries of a node gossip has declared dead this long ago")
+	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
+	_ = fl.MarkHidden("test-log-faults")
 	return cmd
 }
 
@@ -123,17 +128,25 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		cfg.BootstrapExpect = f.bootstrapExpect
 	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
+	if f.maxValueBytes > cfg.KV.MaxTxnBodyBytes { // a transaction can carry one value that large
+		cfg.KV.MaxTxnBodyBytes = min(2*f.maxValueBytes, kv.MaxRequestBytesLimit)
+	}
 	if f.schema != "" {
 		s, err := versions.LoadSchema(f.schema)
 		if err != nil {
 			return err
 		}
-		cfg.Schema = s
+		cfg.Schema, cfg.SchemaFile = s, f.schema
 	}
 	cfg.NoMigrate = f.noMigrate
+	if f.versionGCAfter <= 0 {
+		return fmt.Errorf("-version-gc-after %v: want a duration > 0", f.versionGCAfter)
+	}
+	cfg.Versions.GCAfter = f.versionGCAfter
+	cfg.Raft.LogFaults = f.testLogFaults
 	cfg.Migrate.DryRun, cfg.Migrate.Rate = f.migrateDryRun, f.migrateRate
 	if f.migrateRate == 0 {
-		return errors.New("-migrate-rate 0 would never migrate: use -no-migrate")
+		return errors.New("-migrate-rate 0 would never migrate: use -no-migrate (automatic migrations off)")
 	}
 	if f.dev && cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "keel-dev-")
@@ -152,6 +165,11 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP re-reads -schema (as keel schema apply does, without force).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnSignal(ctx, hup, a.Reload, log)
 	fmt.Fprintf(os.Stdout, "keel node %s serving http://%s (raft %s, data dir %s)\n",
 		a.NodeID(), a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
 	if f.dev {
@@ -165,6 +183,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	case serveErr = <-a.Done():
 	case <-a.Left():
 		log.Info("left the cluster, stopping")
+	case err := <-a.Node().LogFailed():
+		serveErr = fmt.Errorf("the raft log store failed, so this node stopped writing and stepped down: %w; "+
+			"restart it to recover from what is on disk (check the disk first)", err)
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()

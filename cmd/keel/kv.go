@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -102,7 +103,7 @@ func printKV(w io.Writer, kv api.KV) error {
 }
 
 func newPutCmd() *cobra.Command {
-	var prevRevision int64
+	var prevRevision, lease int64
 	cmd := &cobra.Command{
 		Use:   "put KEY [VALUE]",
 		Short: "Write a key (VALUE, or standard input when omitted)",
@@ -127,9 +128,14 @@ func newPutCmd() *cobra.Command {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
 			var rev int64
-			if cmd.Flags().Changed("prev-revision") {
+			switch {
+			case cmd.Flags().Changed("lease") && cmd.Flags().Changed("prev-revision"):
+				return errors.New("--lease and --prev-revision cannot be combined (use keel txn)")
+			case cmd.Flags().Changed("lease"):
+				rev, err = c.PutLease(ctx, args[0], value, lease)
+			case cmd.Flags().Changed("prev-revision"):
 				rev, err = c.PutCAS(ctx, args[0], value, prevRevision)
-			} else {
+			default:
 				rev, err = c.Put(ctx, args[0], value)
 			}
 			if err != nil {
@@ -139,6 +145,7 @@ func newPutCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&prevRevision, "prev-revision", 0, "compare-and-swap on the key's mod revision (0 = create only)")
+	cmd.Flags().Int64Var(&lease, "lease", 0, "attach the key to this lease (keel lease grant)")
 	return cmd
 }
 

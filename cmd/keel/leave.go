@@ -1,64 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-)
 
-// agentCall sends one operator request to the first node of -addr that answers and
-// decodes its JSON answer into out. A JSON error body becomes the returned error.
-func agentCall(ctx context.Context, method, path string, body, out any) error {
-	var payload []byte
-	if body != nil {
-		var err error
-		if payload, err = json.Marshal(body); err != nil {
-			return err
-		}
-	}
-	var lastErr error
-	for _, addr := range strings.Split(global.addr, ",") {
-		addr = strings.TrimSpace(addr)
-		if addr == "" {
-			continue
-		}
-		if !strings.Contains(addr, "://") {
-			addr = "http://" + addr
-		}
-		req, err := http.NewRequestWithContext(ctx, method, addr+path, bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			lastErr = err
-			continue // try the next node
-		}
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			var e struct{ Message string }
-			json.Unmarshal(data, &e)
-			return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Message)
-		}
-		if out != nil {
-			return json.Unmarshal(data, out)
-		}
-		return nil
-	}
-	if lastErr == nil {
-		lastErr = errors.New("no address in -addr")
-	}
-	return lastErr
-}
+	"github.com/keel-kv/keel/kv/api"
+)
 
 func newLeaveCmd() *cobra.Command {
 	return &cobra.Command{
@@ -71,13 +20,15 @@ and its process exits. Its data dir can then be removed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			var out struct {
-				NodeID string `json:"node_id"`
-			}
-			if err := agentCall(ctx, http.MethodPost, "/v1/agent/leave", nil, &out); err != nil {
+			c, err := newClient()
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s left the cluster\n", out.NodeID)
+			id, err := c.Leave(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s left the cluster\n", id)
 			return nil
 		},
 	}
@@ -91,7 +42,11 @@ func newRemovePeerCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			if err := agentCall(ctx, http.MethodDelete, "/v1/agent/peers/"+args[0], nil, nil); err != nil {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			if err := c.RemovePeer(ctx, args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
@@ -112,7 +67,11 @@ func newTransferLeaderCmd() *cobra.Command {
 			if len(args) == 1 {
 				id = args[0]
 			}
-			if err := agentCall(ctx, http.MethodPost, "/v1/agent/transfer-leader", map[string]string{"id": id}, nil); err != nil {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			if err := c.TransferLeader(ctx, id); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "leadership transferred")
@@ -129,31 +88,22 @@ func newMembersCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			var out struct {
-				Members []struct {
-					ID          string `json:"id"`
-					RaftAddr    string `json:"raft_addr"`
-					HTTPAddr    string `json:"http_addr"`
-					Gossip      string `json:"gossip"`
-					Suffrage    string `json:"suffrage"`
-					Leader      bool   `json:"leader"`
-					Release     string `json:"release"`
-					Applied     uint64 `json:"applied_index"`
-					TrailingBy  uint64 `json:"trailing_by"`
-					LastContact string `json:"last_contact"`
-				} `json:"members"`
+			c, err := newClient()
+			if err != nil {
+				return err
 			}
-			if err := agentCall(ctx, http.MethodGet, "/v1/agent/members", nil, &out); err != nil {
+			members, err := c.Members(ctx)
+			if err != nil {
 				return err
 			}
 			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), out)
+				return printJSON(cmd.OutOrStdout(), api.MembersResponse{Members: members})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tGOSSIP\tSUFFRAGE\tLEADER\tAPPLIED\tTRAILING\tLAST CHANGE\tRELEASE")
-			for _, m := range out.Members {
+			for _, m := range members {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%d\t%d\t%s\t%s\n", m.ID, dash(m.RaftAddr), dash(m.HTTPAddr),
-					m.Gossip, m.Suffrage, m.Leader, m.Applied, m.TrailingBy, dash(m.LastContact), dash(m.Release))
+					m.Gossip, m.Suffrage, m.Leader, m.AppliedIdx, m.TrailingBy, dash(m.LastContact), dash(m.Release))
 			}
 			return tw.Flush()
 		},

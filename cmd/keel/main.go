@@ -5,13 +5,24 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 func main() {
 	root := newRootCmd()
 	root.SetArgs(normalizeArgs(root, os.Args[1:]))
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "keel:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(exitCode(err))
 	}
+}
+
+// errorLine is what the CLI prints for err: one "keel:" prefix, whether or not the
+// error (the Go client's do) already carries it.
+func errorLine(err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "keel: ") {
+		return msg
+	}
+	return "keel: " + msg
 }

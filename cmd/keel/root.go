@@ -40,9 +40,9 @@ func newRootCmd() *cobra.Command {
 	pf.DurationVar(&global.timeout, "timeout", 30*time.Second, "deadline for one command")
 	pf.StringVarP(&global.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
-		newCompactCmd(), newStatusCmd())
+		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd())
 	return root
 }
 

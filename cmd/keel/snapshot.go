@@ -1,15 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/keel-kv/keel/kv/client"
 )
 
 func newSnapshotCmd() *cobra.Command {
@@ -21,26 +20,22 @@ func newSnapshotCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			addr := httpBase(strings.Split(global.addr, ",")[0])
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/agent/snapshot", nil)
+			c, err := newClient()
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			body, err := c.Snapshot(ctx)
 			if err != nil {
 				return err
 			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return remoteError(resp)
-			}
+			defer body.Close()
 			// Write beside the target and rename, so FILE is either whole or untouched.
 			tmp, err := os.CreateTemp(filepath.Dir(args[0]), ".keel-snapshot-*")
 			if err != nil {
 				return err
 			}
 			defer os.Remove(tmp.Name())
-			n, err := io.Copy(tmp, resp.Body)
+			n, err := io.Copy(tmp, body)
 			if err == nil {
 				err = tmp.Sync()
 			}
@@ -67,54 +62,25 @@ every node in -addr and the command finds it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			var lastErr error
-			for _, a := range strings.Split(global.addr, ",") {
-				f, err := os.Open(args[0])
-				if err != nil {
-					return err
-				}
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, httpBase(a)+"/v1/agent/snapshot", f)
-				if err != nil {
-					f.Close()
-					return err
-				}
-				resp, err := http.DefaultClient.Do(req)
-				f.Close()
-				if err != nil {
-					lastErr = err
-					continue
-				}
-				err = remoteError(resp)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s\n", args[0])
-					return nil
-				}
-				if resp.StatusCode != http.StatusServiceUnavailable {
-					return err // a bad file: no other node will take it either
-				}
-				lastErr = err
+			c, err := newClient()
+			if err != nil {
+				return err
 			}
-			return fmt.Errorf("snapshot restore: no node in -addr accepted it (is the leader listed?): %w", lastErr)
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			err = c.RestoreSnapshot(ctx, f)
+			switch {
+			case err == nil:
+				fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s\n", args[0])
+				return nil
+			case client.IsRetriable(err):
+				return fmt.Errorf("snapshot restore: no node in -addr accepted it (is the leader listed?): %w", err)
+			}
+			return err // a bad file: no other node will take it either
 		},
 	})
 	return cmd
-}
-
-func httpBase(addr string) string {
-	addr = strings.TrimSpace(addr)
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	return addr
-}
-
-// remoteError turns a non-200 answer into an error carrying the server's message.
-func remoteError(resp *http.Response) error {
-	if resp.StatusCode == http.StatusOK {
-		return nil
-	}
-	var e struct{ Message string }
-	json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-	return fmt.Errorf("%s: %s", resp.Status, e.Message)
 }

@@ -1,10 +1,11 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"runtime"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/kv/client"
 	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/versions"
 )
@@ -27,86 +29,38 @@ func newVersionsCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			var rep versions.Report
-			if err := agentCall(ctx, http.MethodGet, "/v1/versions", nil, &rep); err != nil {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			rep, err := fetchReport(ctx, c)
+			if err != nil {
 				return err
 			}
 			// A node of a release without the migrator has no /v1/migrations: no line.
-			var migs []migrate.Status
-			agentCall(ctx, http.MethodGet, "/v1/migrations", nil, &migs)
+			migs, _ := c.Migrations(ctx)
 			if global.output == "json" {
 				return printJSON(cmd.OutOrStdout(), struct {
 					versions.Report
 					Migrations []migrate.Status `json:"migrations"`
-				}{rep, migs})
+				}{*rep, migs})
 			}
-			return printVersions(cmd.OutOrStdout(), &rep, migs, time.Now())
+			return printVersions(cmd.OutOrStdout(), rep, migs, time.Now())
 		},
 	}
 }
 
-func newMigrateCmd() *cobra.Command {
-	mc := &cobra.Command{Use: "migrate", Short: "Storage-version migrations"}
-	mc.AddCommand(&cobra.Command{
-		Use:   "status",
-		Short: "Show, per resource, the migration of stored objects into the common encoding version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			var migs []migrate.Status
-			if err := agentCall(ctx, http.MethodGet, "/v1/migrations", nil, &migs); err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), migs)
-			}
-			if len(migs) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no resources: start the agents with -schema FILE")
-			}
-			for _, m := range migs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", m.Resource, describeMigration(&m))
-				for _, p := range m.Poison {
-					fmt.Fprintf(cmd.OutOrStdout(), "  cannot convert %q: %s\n", p.Key, p.Error)
-				}
-			}
-			return nil
-		},
-	})
-	return mc
-}
-
-// describeMigration is one line: state, target, progress.
-func describeMigration(m *migrate.Status) string {
-	var b strings.Builder
-	b.WriteString(string(m.State))
-	if m.Target != "" {
-		fmt.Fprintf(&b, " → %s", m.Target)
+// fetchReport asks the cluster for its storage-version report.
+func fetchReport(ctx context.Context, c *client.Client) (*versions.Report, error) {
+	raw, err := c.Versions(ctx)
+	if err != nil {
+		return nil, err
 	}
-	switch m.State {
-	case migrate.StateRunning:
-		done := m.Migrated + m.Skipped
-		fmt.Fprintf(&b, ": %d rewritten, %d skipped (changed by clients), %s left, pass %d",
-			m.Migrated, m.Skipped, objects(m.RemainingTotal()), m.Pass)
-		if el := time.Since(m.Started); done > 0 && el > 0 {
-			rate := float64(done) / el.Seconds()
-			fmt.Fprintf(&b, ", about %s to go", (time.Duration(float64(m.RemainingTotal())/rate) * time.Second).Round(time.Second))
-		}
-	case migrate.StateSucceeded:
-		fmt.Fprintf(&b, ": every stored object is in %s", m.Target)
-		if m.Migrated > 0 || m.Skipped > 0 {
-			fmt.Fprintf(&b, " (%d rewritten, %d skipped as changed by clients, finished %s)", m.Migrated, m.Skipped,
-				m.Finished.Local().Format(time.DateTime))
-		}
-	case migrate.StateBlocked:
-		fmt.Fprintf(&b, ": %s left that cannot be converted", objects(m.RemainingTotal()))
-	case migrate.StateDryRun:
-		fmt.Fprintf(&b, ": a migration would rewrite %s", objects(m.Migrated))
+	var rep versions.Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return nil, fmt.Errorf("versions: decode the report: %w", err)
 	}
-	if m.Message != "" && m.State != migrate.StateSucceeded {
-		fmt.Fprintf(&b, " (%s)", m.Message)
-	}
-	return b.String()
+	return &rep, nil
 }
 
 // printVersions renders a report: a table of node entries per resource, then the
@@ -144,7 +98,10 @@ func printVersions(w io.Writer, rep *versions.Report, migs []migrate.Status, now
 				parts = append(parts, fmt.Sprintf("%s (%s)", v, objects(ss.ObjectCounts[v])))
 			}
 			fmt.Fprintf(w, "  stored in: %s", strings.Join(parts, ", "))
-			if !ss.LastHeartbeat.IsZero() {
+			switch {
+			case ss.Exact:
+				fmt.Fprintf(w, "  [exact at revision %d]", ss.ObservedRevision)
+			case !ss.LastHeartbeat.IsZero():
 				fmt.Fprintf(w, "  [revision %d, heartbeat %s ago]", ss.ObservedRevision, now.Sub(ss.LastHeartbeat).Round(time.Second))
 			}
 			fmt.Fprintln(w)
@@ -169,10 +126,17 @@ func newUpgradeCmd() *cobra.Command {
 	var schemaFile string
 	check := &cobra.Command{
 		Use:   "check -schema FILE",
-		Short: "Say whether a node with the schema FILE can join the cluster now, and why not",
-		Long: `Say whether a node running the schema FILE (a new release's) can join the cluster now:
-it must decode every version stored objects use, and share a decodable version with every
-registered node. Exits with status 1 when it cannot.`,
+		Short: "Say whether a node with the schema FILE (newer or older release) can join the cluster now",
+		Long: `Say whether a node running the schema FILE can join the cluster now: it must decode every
+version stored objects use, and share a decodable version with every registered node.
+
+For an upgrade, FILE is the new release's schema. For a downgrade, it is the older
+release's: the answer says whether that release can read everything stored now, and
+otherwise names each resource, version and object count it could not read (migrate
+them to a version it decodes first). Stored versions are counted exactly at the
+current revision by the answering node (objects without an encoding tag included);
+only a node of an older release answers from the StorageState heartbeat.
+Exits with status 1 when it is not safe.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := versions.LoadSchema(schemaFile)
@@ -181,11 +145,15 @@ registered node. Exits with status 1 when it cannot.`,
 			}
 			ctx, cancel := withTimeout(cmd)
 			defer cancel()
-			var rep versions.Report
-			if err := agentCall(ctx, http.MethodGet, "/v1/versions", nil, &rep); err != nil {
+			c, err := newClient()
+			if err != nil {
 				return err
 			}
-			findings := versions.CheckUpgrade(s, &rep)
+			rep, err := fetchReport(ctx, c)
+			if err != nil {
+				return err
+			}
+			findings := versions.CheckUpgrade(s, rep)
 			if global.output == "json" {
 				if err := printJSON(cmd.OutOrStdout(), findings); err != nil {
 					return err

@@ -24,28 +24,35 @@ import (
 // Agent is one running keel node. It owns the raft node, the HTTP server and the
 // goroutine serving it; Close stops them in order.
 type Agent struct {
-	cfg    Config
-	log    hclog.Logger
-	store  *fsm.Store
-	node   *raft.Node
-	server *kv.Server
-	ln     net.Listener
-	gossip *gossip // nil when gossip is off
+	cfg   Config
+	log   hclog.Logger
+	store *fsm.Store
+	// compactor reclaims the store's compacted history (local work, not replicated).
+	compactor *fsm.Compactor
+	node      *raft.Node
+	server    *kv.Server
+	ln        net.Listener
+	gossip    *gossip // nil when gossip is off
 	// versions is the storage-version manager; nil without a schema.
 	versions *versions.Manager
 	// migrator rewrites old-version objects while this node leads; nil without a
-	// schema or with NoMigrate.
+	// schema.
 	migrator *migrate.Migrator
 	// versionsMetrics is versions for the metrics collector, which may scrape before
 	// startVersions has run.
 	versionsMetrics atomic.Pointer[versions.Manager]
-	incarnation     uint64 // random per start; in gossip metadata and StorageVersion entries
+	schemaMu        sync.Mutex // serializes ApplySchema
+	incarnation     uint64     // random per start; in gossip metadata and StorageVersion entries
 
 	stopMetrics func()
-	left        chan struct{}
-	leaveOnce   sync.Once
+	// stopLoops ends the agent's own goroutines (mintSecretLoop); loops waits for them.
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	left      chan struct{}
+	leaveOnce sync.Once
 
 	serveErr chan error
+	serving  bool // Serve owns ln (and closes it)
 	closeMu  sync.Mutex
 	closed   bool
 }
@@ -70,53 +77,68 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	cfg.Raft.DataDir = cfg.DataDir
 	log = log.With("node", id)
 
+	a := &Agent{cfg: cfg, log: log, serveErr: make(chan error, 1), left: make(chan struct{}),
+		incarnation: membership.NewIncarnation()}
+	if err := a.start(ctx); err != nil {
+		// One path unwinds any partial start: Close checks every part.
+		a.Close(ctx)
+		return nil, err
+	}
+	log.Info("keel agent started", "http", a.HTTPAddr(), "raft", cfg.Raft.BindAddr, "data_dir", cfg.DataDir)
+	return a, nil
+}
+
+// start opens the parts in order, each into its field as soon as it exists, so that
+// Close can stop whatever a failed start left behind.
+func (a *Agent) start(ctx context.Context) error {
+	cfg := a.cfg
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen http %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("listen http %s: %w", cfg.HTTPAddr, err)
 	}
-	store := fsm.NewStore()
+	a.ln = ln
+	a.store = fsm.NewStore()
 	rcfg := cfg.Raft
-	rcfg.Logger = log.Named("raft")
-	node, err := raft.Open(ctx, rcfg, store)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("open raft: %w", err)
+	rcfg.Logger = a.log.Named("raft")
+	rcfg.FormatsFromGossip = cfg.Gossip != nil
+	if len(rcfg.Join) > 0 {
+		rcfg.Join = resolveJoin(ctx, rcfg.Join, a.log)
 	}
+	if a.node, err = raft.Open(ctx, rcfg, a.store); err != nil {
+		return fmt.Errorf("open raft: %w", err)
+	}
+	a.compactor = fsm.StartCompactor(a.store)
 	kcfg := cfg.KV
 	kcfg.Addr = ln.Addr().String()
-	server, err := kv.NewServer(kcfg, node, log.Named("http"))
-	if err != nil {
-		ln.Close()
-		node.Close(ctx)
-		return nil, fmt.Errorf("http server: %w", err)
+	if a.server, err = kv.NewServer(kcfg, a.node, a.log.Named("http")); err != nil {
+		return fmt.Errorf("http server: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: log, store: store, node: node, server: server, ln: ln, serveErr: make(chan error, 1),
-		left: make(chan struct{})}
-	a.incarnation = membership.NewIncarnation()
 	if cfg.MaxCommandFormat > 0 {
 		// Simulates a node of an older release: it announces only the formats it applies.
-		node.SetCommandFormatLimit(byte(cfg.MaxCommandFormat))
+		a.node.SetCommandFormatLimit(byte(cfg.MaxCommandFormat))
 	}
 	a.registerOperatorRoutes()
 	if err := a.enableMetrics(); err != nil {
-		ln.Close()
-		node.Close(ctx)
-		return nil, fmt.Errorf("metrics: %w", err)
+		return fmt.Errorf("metrics: %w", err)
 	}
-	go func() { a.serveErr <- server.Serve(ln) }()
+	a.serving = true
+	go func() { a.serveErr <- a.server.Serve(ln) }()
 	if cfg.Gossip != nil {
 		if err := a.startGossip(ctx); err != nil {
-			server.Shutdown(ctx)
-			node.Close(ctx)
-			return nil, fmt.Errorf("gossip: %w", err)
+			return fmt.Errorf("gossip: %w", err)
 		}
 	}
 	if err := a.startVersions(ctx); err != nil {
-		a.Close(ctx)
-		return nil, fmt.Errorf("storage versions: %w", err)
+		return fmt.Errorf("storage versions: %w", err)
 	}
-	log.Info("keel agent started", "http", ln.Addr().String(), "raft", rcfg.BindAddr, "data_dir", cfg.DataDir)
-	return a, nil
+	lctx, stopLoops := context.WithCancel(context.Background())
+	a.stopLoops = stopLoops
+	a.loops.Add(1)
+	go func() {
+		defer a.loops.Done()
+		a.mintSecretLoop(lctx)
+	}()
+	return nil
 }
 
 // NodeID is this node's stable identity (persisted in the data directory).
@@ -143,7 +165,8 @@ func (a *Agent) Store() *fsm.Store { return a.store }
 func (a *Agent) Done() <-chan error { return a.serveErr }
 
 // Close stops serving HTTP, hands leadership over if this node leads, and shuts raft down.
-// It is safe to call more than once.
+// It is safe to call more than once, and on an agent whose start failed part way: it
+// stops exactly the parts that were started (Start relies on it).
 func (a *Agent) Close(ctx context.Context) error {
 	a.closeMu.Lock()
 	defer a.closeMu.Unlock()
@@ -153,6 +176,10 @@ func (a *Agent) Close(ctx context.Context) error {
 	a.closed = true
 	if a.stopMetrics != nil {
 		a.stopMetrics()
+	}
+	if a.stopLoops != nil {
+		a.stopLoops()
+		a.loops.Wait()
 	}
 	var errs []error
 	if a.migrator != nil {
@@ -164,12 +191,20 @@ func (a *Agent) Close(ctx context.Context) error {
 	if a.gossip != nil {
 		a.gossip.stopLoop()
 	}
-	if err := a.server.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
+	if a.server != nil {
+		if err := a.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown http: %w", err))
+		}
 	}
-	if err := a.node.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close raft: %w", err))
+	if !a.serving && a.ln != nil {
+		a.ln.Close() // Serve never took it over
 	}
+	if a.node != nil {
+		if err := a.node.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close raft: %w", err))
+		}
+	}
+	a.compactor.Close()
 	if a.gossip != nil {
 		if err := a.gossip.close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close gossip: %w", err))

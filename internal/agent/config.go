@@ -40,12 +40,16 @@ type Config struct {
 
 	// Schema declares the node's resources (-schema); nil serves no /apis resources.
 	Schema *versions.Schema
+	// SchemaFile is the file Schema was loaded from: Reload (SIGHUP) reads it again.
+	SchemaFile string
 	// Versions tunes the storage-version loops; NodeID, Schema, Store are filled in.
 	Versions versions.Config
 	// Migrate tunes the storage-version migrator (the leader rewrites objects into the
-	// common encoding version); Schema, Store and Logger are filled in.
+	// common encoding version); Schema, Store and Logger are filled in. Its Rate and
+	// NoAuto are only the initial cluster-wide settings (see migrate.Settings).
 	Migrate migrate.Config
-	// NoMigrate turns the migrator off: old-version objects move only when rewritten.
+	// NoMigrate makes automatic migrations off in the initial cluster-wide settings:
+	// old-version objects move only when rewritten or when an operator starts one.
 	NoMigrate bool
 	// MaxCommandFormat, when > 0, makes the node announce (and propose) no command
 	// format newer than this: what a node of an older release does. For upgrade tests.

@@ -3,8 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	hraft "github.com/hashicorp/raft"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/buildinfo"
@@ -39,8 +42,11 @@ func DefaultAutopilotConfig() AutopilotConfig {
 // once -bootstrap-expect servers are seen, and, on the leader, reconciles the Raft
 // configuration with gossip.
 type gossip struct {
-	a       *Agent
-	ml      *membership.Membership
+	a  *Agent
+	ml *membership.Membership
+	// metaMu guards meta: the loop updates HasRaftState, a schema applied at run time
+	// StorageVersions.
+	metaMu  sync.Mutex
 	meta    membership.Meta
 	healthy map[string]time.Time // nonvoter ID → caught up since
 	// peers remembers, per server, the process it last saw and whether that process
@@ -82,6 +88,14 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	return nil
 }
 
+// setStorageVersions announces the storage versions of a schema applied at run time.
+func (g *gossip) setStorageVersions(ctx context.Context, svs map[string]membership.StorageVersion) error {
+	g.metaMu.Lock()
+	defer g.metaMu.Unlock()
+	g.meta.StorageVersions = svs
+	return g.ml.UpdateMeta(ctx, g.meta)
+}
+
 // stopLoop ends bootstrapping and the autopilot rounds; gossip itself keeps running.
 func (g *gossip) stopLoop() {
 	g.stop()
@@ -114,15 +128,18 @@ func (g *gossip) loop(ctx context.Context) {
 
 func (g *gossip) round(ctx context.Context) {
 	node := g.a.node
+	g.metaMu.Lock()
 	if has := node.HasState(); has != g.meta.HasRaftState {
 		g.meta.HasRaftState = has
 		if err := g.ml.UpdateMeta(ctx, g.meta); err != nil {
 			g.a.log.Warn("update gossip metadata", "error", err)
 		}
 	}
+	hasState := g.meta.HasRaftState
+	g.metaMu.Unlock()
 	members := g.ml.Members()
 	g.updateFormatLimit(members)
-	if !g.meta.HasRaftState && g.a.cfg.BootstrapExpect > 0 {
+	if !hasState && g.a.cfg.BootstrapExpect > 0 {
 		g.maybeBootstrap(members)
 		return
 	}
@@ -153,7 +170,7 @@ func (g *gossip) maybeBootstrap(members []membership.Member) {
 	self := false
 	servers := make([]raft.Member, len(voters))
 	for i, v := range voters {
-		servers[i] = raft.Member{ID: v.ID(), Address: v.Meta.RaftAddr, Suffrage: "Voter"}
+		servers[i] = raft.Member{ID: v.ID(), Address: v.Meta.RaftAddr, Suffrage: hraft.Voter}
 		self = self || v.ID() == g.a.cfg.NodeID
 	}
 	if !self {
@@ -204,7 +221,7 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 	voters := 0
 	for _, s := range status.Members {
 		inCfg[s.ID] = s
-		if s.Suffrage == "Voter" {
+		if s.Suffrage == hraft.Voter {
 			voters++
 		}
 	}
@@ -233,14 +250,14 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 			// Unlike a dead server, a wiped one is removed even below MinQuorum: a voter
 			// that forgot its votes is a safety hazard, fewer voters an availability
 			// one; the next round adds it back as a non-voter, promoted once caught up.
-			if s.Suffrage == "Voter" && voters <= 1 {
+			if s.Suffrage == hraft.Voter && voters <= 1 {
 				continue
 			}
 			if err := node.RemoveServer(opCtx, s.ID); err != nil {
 				g.a.log.Warn("autopilot: remove wiped server", "id", s.ID, "error", err)
 				continue
 			}
-			if s.Suffrage == "Voter" {
+			if s.Suffrage == hraft.Voter {
 				voters--
 			}
 			delete(g.healthy, s.ID)
@@ -251,7 +268,7 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 		gone := m.Status == membership.StatusLeft ||
 			(m.Status == membership.StatusDead && now.Sub(m.LastChange) > ap.DeadServerThreshold)
 		if gone {
-			if s.Suffrage == "Voter" && voters-1 < ap.MinQuorum {
+			if s.Suffrage == hraft.Voter && voters-1 < ap.MinQuorum {
 				g.a.log.Warn("autopilot: not removing dead voter: would go below the minimum quorum",
 					"id", s.ID, "voters", voters, "min_quorum", ap.MinQuorum)
 				continue
@@ -260,14 +277,14 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 				g.a.log.Warn("autopilot: remove server", "id", s.ID, "error", err)
 				continue
 			}
-			if s.Suffrage == "Voter" {
+			if s.Suffrage == hraft.Voter {
 				voters--
 			}
 			delete(g.healthy, s.ID)
 			g.a.log.Info("autopilot: removed server", "id", s.ID, "gossip_status", m.Status.String())
 			continue
 		}
-		if s.Suffrage != "Voter" {
+		if s.Suffrage != hraft.Voter {
 			g.promote(opCtx, s, m, now)
 		}
 	}

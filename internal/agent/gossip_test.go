@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	hraft "github.com/hashicorp/raft"
+
 	"github.com/keel-kv/keel/membership"
 )
 
@@ -85,7 +87,7 @@ func (c *gossipCluster) config() (leader string, voters, nonvoters []string) {
 		}
 		st := a.Node().Status()
 		for _, m := range st.Members {
-			if m.Suffrage == "Voter" {
+			if m.Suffrage == hraft.Voter {
 				voters = append(voters, m.ID)
 			} else {
 				nonvoters = append(nonvoters, m.ID)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // Leave departs the cluster gracefully: a leader hands leadership over, the node is
@@ -31,6 +33,11 @@ func (a *Agent) Leave(ctx context.Context) error {
 			return fmt.Errorf("leave: remove from the raft configuration: %w", err)
 		}
 	}
+	if a.versions != nil {
+		// Out of the cluster, this node must not register its entries again after the
+		// leader has removed them.
+		a.versions.Close()
+	}
 	if a.gossip != nil {
 		if err := a.gossip.ml.Leave(ctx, 5*time.Second); err != nil {
 			a.log.Warn("leave: gossip", "error", err)
@@ -53,5 +60,5 @@ func (a *Agent) handleLeave(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, http.StatusServiceUnavailable, "LeaveFailed", err.Error())
 		return
 	}
-	writeAgentJSON(w, http.StatusOK, map[string]any{"node_id": a.cfg.NodeID, "left": true})
+	writeAgentJSON(w, http.StatusOK, api.LeaveResponse{NodeID: a.cfg.NodeID, Left: true})
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // enableMetrics serves /metrics: the HTTP API's request counts and latencies, Go and
@@ -19,7 +21,7 @@ import (
 func (a *Agent) enableMetrics() error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versionsCollector{a})
+		versionsCollector{a}, migrationsCollector{a})
 	if err := a.server.EnableMetrics(reg); err != nil {
 		return err
 	}
@@ -30,18 +32,22 @@ func (a *Agent) enableMetrics() error {
 	mcfg := gometrics.DefaultConfig("keel")
 	mcfg.EnableHostname = false
 	mcfg.EnableRuntimeMetrics = false // the Go collector reports those
-	ctx, cancel := context.WithCancel(context.Background())
-	a.stopMetrics = cancel
 	cs := &coalescingSink{MetricSink: sink, counts: map[string]*pendingCount{}}
 	// go-metrics is process-global (raft and memberlist report through it); with several
 	// agents in one process (tests) the last one started receives them.
 	if _, err := gometrics.NewGlobal(mcfg, cs); err != nil {
-		cancel()
 		return err
 	}
-	go sink.RunBackgroundCleanup(ctx)
-	go cs.run(ctx, time.Second)
-	a.server.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	sink.RunBackgroundCleanup(ctx) // starts its own goroutine, which ends with ctx
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cs.run(ctx, time.Second)
+	}()
+	a.stopMetrics = func() { cancel(); wg.Wait() }
+	a.server.Handle("GET "+api.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return nil
 }
 

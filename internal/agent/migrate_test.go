@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
@@ -53,7 +54,7 @@ func TestMigrateAfterRollingUpgrade(t *testing.T) {
 		}
 	}
 	counts := func() map[string]int64 {
-		view, err := c.agents[0].Node().View(context.Background(), raft.Linearizable)
+		view, err := c.agents[0].Node().View(context.Background(), fsm.Linearizable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func TestMigrateAfterRollingUpgrade(t *testing.T) {
 	}
 
 	// Every object: in v2, with the right content.
-	view, err := c.agents[2].Node().View(context.Background(), raft.Linearizable)
+	view, err := c.agents[2].Node().View(context.Background(), fsm.Linearizable)
 	if err != nil {
 		t.Fatal(err)
 	}

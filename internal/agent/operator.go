@@ -8,43 +8,32 @@ import (
 	"net/http"
 	"time"
 
+	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
 )
 
-// Operator routes of one node, next to the kv API:
-//
-//	GET    /v1/agent/members           raft configuration joined with gossip state
-//	DELETE /v1/agent/peers/{id}        remove a server from the raft configuration
-//	POST   /v1/agent/transfer-leader   {"id": ""} hand leadership to id (or any voter)
-//	POST   /v1/agent/leave             this node leaves the cluster and stops
+// Operator routes of one node, next to the kv API: their paths and bodies are in kv/api
+// (api.PathAgentMembers and the rest), where the Go client finds them too; PUT
+// /v1/agent/schema (api.PathAgentSchema) replaces this node's schema (schema.go).
 
 // MemberInfo is one row of `keel members`.
-type MemberInfo struct {
-	ID          string `json:"id"`
-	RaftAddr    string `json:"raft_addr,omitempty"`
-	HTTPAddr    string `json:"http_addr,omitempty"`
-	GossipAddr  string `json:"gossip_addr,omitempty"`
-	Gossip      string `json:"gossip"`   // alive, dead, left, or none (no gossip)
-	Suffrage    string `json:"suffrage"` // Voter, Nonvoter, or none (not in the raft configuration)
-	Leader      bool   `json:"leader"`
-	Release     string `json:"release,omitempty"`
-	AppliedIdx  uint64 `json:"applied_index,omitempty"`
-	TrailingBy  uint64 `json:"trailing_by"`
-	LastContact string `json:"last_contact,omitempty"`
-}
+type MemberInfo = api.MemberInfo
 
 func (a *Agent) registerOperatorRoutes() {
-	a.server.Handle("POST /v1/agent/leave", http.HandlerFunc(a.handleLeave))
-	a.server.Handle("GET /v1/agent/members", http.HandlerFunc(a.handleMembers))
-	a.server.Handle("DELETE /v1/agent/peers/{id}", http.HandlerFunc(a.handleRemovePeer))
-	a.server.Handle("POST /v1/agent/transfer-leader", http.HandlerFunc(a.handleTransferLeader))
-	a.server.Handle("GET /v1/agent/snapshot", http.HandlerFunc(a.handleSnapshotSave))
-	a.server.Handle("POST /v1/agent/snapshot", http.HandlerFunc(a.handleSnapshotRestore))
-	a.server.Handle("GET /v1/versions", http.HandlerFunc(a.handleVersions))
-	a.server.Handle("GET /v1/migrations", http.HandlerFunc(a.handleMigrations))
+	a.server.Handle("POST "+api.PathAgentLeave, http.HandlerFunc(a.handleLeave))
+	a.server.Handle("GET "+api.PathAgentMembers, http.HandlerFunc(a.handleMembers))
+	a.server.Handle("DELETE "+api.PathAgentPeers+"{id}", http.HandlerFunc(a.handleRemovePeer))
+	a.server.Handle("POST "+api.PathAgentTransferLeader, http.HandlerFunc(a.handleTransferLeader))
+	a.server.Handle("GET "+api.PathAgentSnapshot, http.HandlerFunc(a.handleSnapshotSave))
+	a.server.Handle("POST "+api.PathAgentSnapshot, http.HandlerFunc(a.handleSnapshotRestore))
+	a.server.Handle("GET "+api.PathVersions, http.HandlerFunc(a.handleVersions))
+	a.server.Handle("PUT "+api.PathAgentSchema, http.HandlerFunc(a.handleApplySchema))
+	a.registerMigrationRoutes()
 	// /livez: the process is up and serving (Kubernetes' liveness probe); /readyz says
 	// whether it can serve the API.
-	a.server.Handle("GET /livez", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	a.server.Handle("GET "+api.PathLive, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeAgentJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 }
@@ -58,7 +47,7 @@ func (a *Agent) MembersInfo(ctx context.Context) []MemberInfo {
 	rows := map[string]*MemberInfo{}
 	var order []string
 	for _, m := range st.Members {
-		rows[m.ID] = &MemberInfo{ID: m.ID, RaftAddr: m.Address, Suffrage: m.Suffrage, Leader: m.Leader, Gossip: "none"}
+		rows[m.ID] = &MemberInfo{ID: m.ID, RaftAddr: m.Address, Suffrage: m.Suffrage.String(), Leader: m.Leader, Gossip: "none"}
 		order = append(order, m.ID)
 	}
 	for _, g := range a.Members() {
@@ -105,7 +94,7 @@ func (a *Agent) MembersInfo(ctx context.Context) []MemberInfo {
 func (a *Agent) handleMembers(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	writeAgentJSON(w, http.StatusOK, map[string]any{"members": a.MembersInfo(ctx)})
+	writeAgentJSON(w, http.StatusOK, api.MembersResponse{Members: a.MembersInfo(ctx)})
 }
 
 func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
@@ -116,7 +105,7 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	found, voters := false, 0
 	for _, m := range st.Members {
 		found = found || m.ID == id
-		if m.Suffrage == "Voter" {
+		if m.Suffrage == hraft.Voter {
 			voters++
 		}
 	}
@@ -132,13 +121,11 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 		return
 	}
-	writeAgentJSON(w, http.StatusOK, map[string]any{"removed": id})
+	writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
 }
 
 func (a *Agent) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		ID string `json:"id"`
-	}
+	var req api.TransferLeaderRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
 			writeAgentError(w, http.StatusBadRequest, "BadRequest", "body: "+err.Error())
@@ -151,7 +138,7 @@ func (a *Agent) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 		return
 	}
-	writeAgentJSON(w, http.StatusOK, map[string]any{"transferred": true, "to": req.ID})
+	writeAgentJSON(w, http.StatusOK, api.TransferLeaderResponse{Transferred: true, To: req.ID})
 }
 
 func statusOf(err error) int {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // maxSnapshotUpload bounds a restore upload.
@@ -26,7 +27,7 @@ func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Type", api.ContentTypeSnapshot)
 	idx, _, err := a.node.SaveSnapshot(ctx, w)
 	if err != nil {
 		a.log.Warn("snapshot save failed mid-stream", "error", err)
@@ -60,6 +61,6 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 	default:
-		writeAgentJSON(w, http.StatusOK, map[string]string{"restored": strconv.FormatInt(n, 10) + " bytes"})
+		writeAgentJSON(w, http.StatusOK, api.SnapshotRestoreResponse{Restored: strconv.FormatInt(n, 10) + " bytes"})
 	}
 }

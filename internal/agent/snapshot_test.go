@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/client"
-	"github.com/keel-kv/keel/raft"
 )
 
 func TestSnapshotSaveAndRestoreCluster(t *testing.T) {
@@ -82,7 +82,7 @@ func TestSnapshotSaveAndRestoreCluster(t *testing.T) {
 	}
 	want := c.agents[lead].Store().View().Hash()
 	for i, a := range c.agents {
-		v, err := a.Node().View(ctx, raft.Linearizable)
+		v, err := a.Node().View(ctx, fsm.Linearizable)
 		if err != nil || v.Hash() != want {
 			t.Fatalf("node %d state differs after restore (%v)", i, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	hraft "github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-kv/keel/fsm"
@@ -47,11 +48,9 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	a.server.SetResources(m)
 	a.server.AddReadyCheck("storage-versions", m.Ready)
 	m.Open(ctx)
-	if a.cfg.NoMigrate {
-		return nil
-	}
 	mcfg := a.cfg.Migrate
 	mcfg.Schema, mcfg.Store, mcfg.Logger = a.cfg.Schema, a.node, a.log.Named("migrate")
+	mcfg.NoAuto = mcfg.NoAuto || a.cfg.NoMigrate
 	mcfg.Finished = func(ctx context.Context, _ string) {
 		if err := m.Heartbeat(ctx); err != nil {
 			a.log.Warn("storage state after a migration", "error", err)
@@ -66,42 +65,13 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	return nil
 }
 
-// handleMigrations serves GET /v1/migrations: the migration status of every resource
-// of this node's schema (read from the replicated records, linearizably).
-func (a *Agent) handleMigrations(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	out := []*migrate.Status{}
-	if a.cfg.Schema != nil {
-		view, err := a.node.View(ctx, raft.Linearizable)
-		if err != nil {
-			writeAgentError(w, http.StatusServiceUnavailable, api.ReasonUnavailable, err.Error())
-			return
-		}
-		for _, res := range a.cfg.Schema.Resources {
-			st, err := migrate.ReadStatus(view, res.Key())
-			if err != nil {
-				writeAgentError(w, http.StatusInternalServerError, api.ReasonInternal, err.Error())
-				return
-			}
-			if st == nil {
-				st = &migrate.Status{Resource: res.Key(), State: migrate.StateWaiting, Message: "not started"}
-				if a.cfg.NoMigrate {
-					st.Message = "the migrator is off on the leader (-no-migrate)"
-				}
-			}
-			out = append(out, st)
-		}
-	}
-	writeAgentJSON(w, http.StatusOK, out)
-}
-
 // versionMembers adapts gossip membership for the manager.
 func (a *Agent) versionMembers() []versions.Member {
 	ms := a.gossip.ml.Members()
 	out := make([]versions.Member, 0, len(ms))
 	for _, m := range ms {
-		vm := versions.Member{ID: m.ID(), Incarnation: m.Meta.Incarnation, Alive: !m.Gone()}
+		vm := versions.Member{ID: m.ID(), Incarnation: m.Meta.Incarnation, Alive: !m.Gone(),
+			Left: m.Status == membership.StatusLeft}
 		if m.Gone() {
 			vm.Since = m.LastChange
 		}
@@ -163,7 +133,7 @@ func commandFormatLimit(voters []string, members []membership.Member) byte {
 func (g *gossip) updateFormatLimit(members []membership.Member) {
 	var voters []string
 	for _, s := range g.a.node.Status().Members {
-		if s.Suffrage == "Voter" {
+		if s.Suffrage == hraft.Voter {
 			voters = append(voters, s.ID)
 		}
 	}

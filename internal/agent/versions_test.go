@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -172,7 +172,7 @@ func TestMixedSchemaCluster(t *testing.T) {
 		map[string]any{"spec": map[string]any{"replicas": 3}}, &obj); code != http.StatusCreated {
 		t.Fatalf("put a via g2 = %d", code)
 	}
-	view, err := c.agents[1].Node().View(context.Background(), raft.Linearizable)
+	view, err := c.agents[1].Node().View(context.Background(), fsm.Linearizable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +253,17 @@ func TestMixedSchemaCluster(t *testing.T) {
 			t.Errorf("writer %d: no write succeeded: %v", w, m)
 		}
 	}
-	view, err = c.agents[1].Node().View(context.Background(), raft.Linearizable)
+	view, err = c.agents[1].Node().View(context.Background(), fsm.Linearizable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kvs, _, _ := view.Range([]byte("/registry/apps/widgets/"), []byte("/registry/apps/widgets0"), 0, 0)
+	kvs, _, err := view.Range([]byte("/registry/apps/widgets/"), []byte("/registry/apps/widgets0"), 0, 0)
+	if err != nil {
+		t.Fatalf("range widgets: %v", err)
+	}
+	if len(kvs) == 0 {
+		t.Fatal("no widget stored: the encoding check below would check nothing")
+	}
 	for _, kv := range kvs {
 		if kv.Encoding != "apps/widgets/v1" {
 			t.Fatalf("%s stored as %q while g1 decodes only v1", kv.Key, kv.Encoding)
@@ -289,7 +295,7 @@ func TestMixedSchemaCluster(t *testing.T) {
 		map[string]any{"spec": map[string]any{"size": 5}}, nil); code != http.StatusCreated {
 		t.Fatalf("put b via upgraded g1 = %d", code)
 	}
-	view, err = c.agents[0].Node().View(context.Background(), raft.Linearizable)
+	view, err = c.agents[0].Node().View(context.Background(), fsm.Linearizable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +404,7 @@ func TestCommandFormatGate(t *testing.T) {
 	if code := apiCall(t, a, "PUT", "/v1/kv/plain", "x", nil); code != http.StatusOK {
 		t.Errorf("untagged write = %d, want 200", code)
 	}
-	if code := apiCall(t, a, "PUT", "/v1/kv/%00keel/storageversions/x", "x", nil); code != http.StatusBadRequest {
-		t.Errorf("write of a system key = %d, want 400", code)
+	if code := apiCall(t, a, "PUT", "/v1/kv/%00keel/storageversions/x", "x", nil); code != http.StatusForbidden {
+		t.Errorf("write of a system key = %d, want 403 ReservedPrefix", code)
 	}
 }

@@ -16,6 +16,9 @@ type Error struct {
 	// continue token that resumes the scan from the same next key at the latest
 	// revision. Using it gives up the single-revision guarantee of the scan.
 	Continue string `json:"continue,omitempty"`
+	// CompactRevision is set on a 410 ResourceExpired answer to a watch: the store's
+	// compact revision. Restart with a list, then watch from the list's revision + 1.
+	CompactRevision int64 `json:"compact_revision,omitempty"`
 }
 
 // Error implements error.
@@ -32,19 +35,51 @@ const (
 	ReasonInvalidContinueToken = "InvalidContinueToken"
 	// ReasonFutureRevision (400): the requested revision is newer than the store's.
 	ReasonFutureRevision = "FutureRevision"
+	// ReasonDuplicateKey (400): one branch of a transaction writes a key twice: two
+	// puts of it, or a put of a key that a delete or delete_range of the same branch
+	// also covers (etcd's "duplicate key given in txn request"). The message names the
+	// key. Reads may repeat freely, and so may deletes. Nothing was changed.
+	ReasonDuplicateKey = "DuplicateKey"
+	// ReasonReservedPrefix (403): a /v1/kv write (put, delete, delete by prefix or
+	// range, txn write; HTTP or stream) touches keys that only keel or the resource
+	// API (/apis/...) may write: a typed resource's prefix or keel's system prefix.
+	// Nothing was written.
+	ReasonReservedPrefix = "ReservedPrefix"
 	// ReasonNotFound (404): no such key, or no such route.
 	ReasonNotFound = "NotFound"
+	// ReasonLeaseNotFound (404): the lease named (keepalive, revoke, a put's lease) does
+	// not exist: never granted, revoked or expired. Nothing was written.
+	ReasonLeaseNotFound = "LeaseNotFound"
 	// ReasonMethodNotAllowed (405): the route exists but not for this method.
 	ReasonMethodNotAllowed = "MethodNotAllowed"
 	// ReasonConflict (409): a compare-and-swap guard failed; nothing was written.
 	ReasonConflict = "Conflict"
+	// ReasonDowngraded (409): storing the object would lose values: the version
+	// written through (or the encoding version) cannot hold some of them, or the
+	// body was read with metadata.downgraded. Nothing was written; ?force=true
+	// accepts the loss.
+	ReasonDowngraded = "Downgraded"
 	// ReasonResourceExpired (410): the requested revision has been compacted.
 	ReasonResourceExpired = "ResourceExpired"
+	// ReasonTooManyWatches (429): the node serves its maximum of watches; retry later
+	// or on another node.
+	ReasonTooManyWatches = "TooManyWatches"
 	// ReasonTooLarge (413): the value or body exceeds the server's limit.
 	ReasonTooLarge = "TooLarge"
-	// ReasonUnavailable (503): no leader, shutting down or not ready. The request was
-	// not applied; any request, writes included, may be retried (see Retry-After).
+	// ReasonHeadersTooLarge (431): the request's header exceeds the server's limit.
+	// The connection is closed after the answer.
+	ReasonHeadersTooLarge = "HeadersTooLarge"
+	// ReasonNotImplemented (501): a Transfer-Encoding the server does not implement.
+	ReasonNotImplemented = "NotImplemented"
+	// ReasonUnavailable (503): not ready (or, from releases before NoLeader, no
+	// leader). The request was not applied; any request, writes included, may be
+	// retried (see Retry-After).
 	ReasonUnavailable = "Unavailable"
+	// ReasonNoLeader (503): the answering node has no contact with a leader (it is cut
+	// off by a partition, or an election is under way) and gave up waiting for one
+	// after about half a second. The request was not applied; any request, writes
+	// included, may be retried at once on another node, or here after Retry-After.
+	ReasonNoLeader = "NoLeader"
 	// ReasonShuttingDown (503): the answering node is shutting down. A write's outcome
 	// is unknown; reads may be retried on another node.
 	ReasonShuttingDown = "ShuttingDown"

@@ -16,6 +16,8 @@ type KV struct {
 	ModRevision int64 `json:"mod_revision"`
 	// Version counts writes to the key since its creation: 1 after the create.
 	Version int64 `json:"version"`
+	// Lease is the lease the key is attached to, absent when none.
+	Lease int64 `json:"lease,omitempty"`
 }
 
 // GetResponse answers GET /v1/kv/{key}: the key's fields and the revision the read was
@@ -53,9 +55,11 @@ type DeleteResponse struct {
 //	{"items":[{"key":"a/1",...},{"key":"a/2",...}],"revision":42,"continue":"AQ..."}
 //
 // Every page of one scan is served at the same Revision. A page never holds more than
-// the requested limit items; it may hold zero items and still carry a continue token
-// (for example over a long run of deleted keys). The scan is complete exactly when
-// Continue is empty.
+// the requested limit items. An empty Continue means the scan is complete. A non-empty
+// one means only that the page stopped before the end of the range (limit reached with
+// any entry left in the range, deleted or newer keys included; a long run of deleted
+// keys; the page size bound), not that a live key follows: the next page may be empty
+// and final, or a 410 if Revision was compacted meanwhile (KEP-365 allows both).
 type ListResponse struct {
 	// Items are the live keys of this page in ascending key order.
 	Items []KV `json:"items"`

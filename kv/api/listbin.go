@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+
+	"github.com/keel-kv/keel/internal/wire"
 )
 
 // ContentTypeBinaryList is the media type of the binary list encoding. A list request
@@ -60,104 +63,53 @@ func appendBinBytes(b, p []byte) []byte {
 // DecodeBinaryList decodes a binary list. Values alias data (keys are copied into
 // strings); it never trusts a length or count beyond the bytes present.
 func DecodeBinaryList(data []byte) (*ListResponse, error) {
-	d := binDecoder{b: data}
+
 	if len(data) < len(binListMagic)+1 || string(data[:len(binListMagic)]) != binListMagic {
 		return nil, fmt.Errorf("%w: bad magic", ErrBadBinaryList)
 	}
 	if v := data[len(binListMagic)]; v != binListVersion {
 		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrBadBinaryList, v, binListVersion)
 	}
-	d.b = data[len(binListMagic)+1:]
+	d := newBinDecoder(data[len(binListMagic)+1:], ErrBadBinaryList)
 	resp := &ListResponse{Revision: d.int("revision")}
-	resp.Continue = string(d.bytes("continue"))
-	n := d.uvarint("count")
+	resp.Continue = string(d.Bytes("continue", noMax))
 	// Each item takes at least 5 bytes: no count larger than that can be honest.
-	if d.err == nil && n > uint64(len(d.b))/5 {
-		d.fail("count %d exceeds the %d bytes left", n, len(d.b))
-	}
-	if d.err == nil {
+	n := d.Count("count", 5)
+	if d.Err() == nil {
 		resp.Items = make([]KV, 0, n)
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		kv := KV{Key: string(d.bytes("key"))}
-		kv.Value = d.bytes("value")
+	for i := 0; i < n && d.Err() == nil; i++ {
+		kv := KV{Key: string(d.Bytes("key", noMax))}
+		kv.Value = d.Bytes("value", noMax)
 		if kv.Value == nil {
 			kv.Value = []byte{}
 		}
 		kv.CreateRevision, kv.ModRevision, kv.Version = d.int("create_revision"), d.int("mod_revision"), d.int("version")
 		resp.Items = append(resp.Items, kv)
 	}
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := d.Finish(); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// binDecoder reads the fields of a binary list or stream frame; the first failure
-// sticks in err, wrapping bad (ErrBadBinaryList when nil).
-type binDecoder struct {
-	b   []byte
-	err error
-	bad error
+// binDecoder reads the fields of a binary list or stream frame: a wire.Reader that
+// takes canonical uvarints only; the first failure sticks, wrapping ErrBadBinaryList or
+// ErrBadStreamFrame.
+type binDecoder struct{ *wire.Reader }
+
+func newBinDecoder(b []byte, bad error) binDecoder {
+	return binDecoder{wire.NewReader(b, bad).Canonical()}
 }
 
-func (d *binDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		bad := d.bad
-		if bad == nil {
-			bad = ErrBadBinaryList
-		}
-		d.err = fmt.Errorf("%w: %s", bad, fmt.Sprintf(format, args...))
-	}
-}
+// noMax: byte strings are bounded by the bytes present only.
+const noMax = math.MaxUint64
 
-func (d *binDecoder) byte(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.fail("truncated before %s", what)
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *binDecoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || (n > 1 && d.b[n-1] == 0) { // overlong encodings are not canonical
-		d.fail("bad %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *binDecoder) int(what string) int64 {
-	v := d.uvarint(what)
+// int reads a uvarint that must fit an int64 with room to spare (≤ 2^62).
+func (d binDecoder) int(what string) int64 {
+	v := d.Uvarint(what)
 	if v > 1<<62 {
-		d.fail("%s %d out of range", what, v)
+		d.Fail("%s %d out of range", what, v)
 	}
 	return int64(v)
-}
-
-func (d *binDecoder) bytes(what string) []byte {
-	n := d.uvarint(what)
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("%s of %d bytes, %d left", what, n, len(d.b))
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
 }

@@ -9,6 +9,10 @@ package api
 type StatusResponse struct {
 	// NodeID is the answering node's ID.
 	NodeID string `json:"node_id"`
+	// Release is the keel release the answering node runs (keel version).
+	Release string `json:"release,omitempty"`
+	// RaftAddr is the answering node's advertised Raft address: what -join takes.
+	RaftAddr string `json:"raft_addr,omitempty"`
 	// State is the node's raft state: "Leader", "Follower", "Candidate" or "Shutdown".
 	State string `json:"state"`
 	// LeaderID is the ID of the leader this node knows, empty when none.

@@ -208,30 +208,30 @@ func ReadStreamFrame(br *bufio.Reader, max int) ([]byte, error) {
 // ErrBadStreamFrame; the server answers that id with a 400.
 func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 	*r = StreamRequest{}
-	d := binDecoder{b: body, bad: ErrBadStreamFrame}
-	r.ID = d.uvarint("request id")
-	if d.err != nil {
-		return d.err
+	d := newBinDecoder(body, ErrBadStreamFrame)
+	r.ID = d.Uvarint("request id")
+	if d.Err() != nil {
+		return d.Err()
 	}
-	op, flags := StreamOp(d.byte("op")), d.byte("flags")
+	op, flags := StreamOp(d.Uint8("op")), d.Uint8("flags")
 	r.Op = op
-	r.Key = d.bytes("key")
+	r.Key = d.Bytes("key", noMax)
 	switch {
-	case d.err != nil:
+	case d.Err() != nil:
 	case flags&^(StreamFlagSerializable|StreamFlagPrev) != 0:
-		d.fail("unknown flags %#x", flags)
+		d.Fail("unknown flags %#x", flags)
 	case op == StreamGet:
 		if flags&StreamFlagPrev != 0 {
-			d.fail("a get has no prev_revision")
+			d.Fail("a get has no prev_revision")
 		}
 		r.Serializable = flags&StreamFlagSerializable != 0
 		r.Revision = d.int("revision")
 	case op == StreamPut, op == StreamDelete:
 		if flags&StreamFlagSerializable != 0 {
-			d.fail("only a get is serializable")
+			d.Fail("only a get is serializable")
 		}
 		if op == StreamPut {
-			if r.Value = d.bytes("value"); r.Value == nil {
+			if r.Value = d.Bytes("value", noMax); r.Value == nil {
 				r.Value = []byte{}
 			}
 		}
@@ -239,13 +239,10 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 			r.HasPrev, r.PrevRevision = true, d.int("prev_revision")
 		}
 	default:
-		d.fail("unknown op %d", byte(op))
+		d.Fail("unknown op %d", byte(op))
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return fmt.Errorf("request %d: %w", r.ID, d.err)
+	if err := d.Finish(); err != nil {
+		return fmt.Errorf("request %d: %w", r.ID, err)
 	}
 	return nil
 }
@@ -253,38 +250,35 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 // DecodeStreamResponse decodes a response frame body. The value is copied out of body.
 func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 	*r = StreamResponse{}
-	d := binDecoder{b: body, bad: ErrBadStreamFrame}
-	r.ID = d.uvarint("response id")
-	r.Op = StreamOp(d.byte("op"))
-	switch status := d.byte("status"); {
-	case d.err != nil:
+	d := newBinDecoder(body, ErrBadStreamFrame)
+	r.ID = d.Uvarint("response id")
+	r.Op = StreamOp(d.Uint8("op"))
+	switch status := d.Uint8("status"); {
+	case d.Err() != nil:
 	case status == 1:
-		code := d.uvarint("code")
-		reason, msg := d.bytes("reason"), d.bytes("message")
-		if d.err == nil && (code < 100 || code > 599 || !utf8.Valid(reason) || !utf8.Valid(msg)) {
-			d.fail("bad error status %d", code)
+		code := d.Uvarint("code")
+		reason, msg := d.Bytes("reason", noMax), d.Bytes("message", noMax)
+		if d.Err() == nil && (code < 100 || code > 599 || !utf8.Valid(reason) || !utf8.Valid(msg)) {
+			d.Fail("bad error status %d", code)
 		}
 		r.Err = &Error{Code: int(code), Reason: string(reason), Message: string(msg)}
 	case status != 0:
-		d.fail("unknown status %d", status)
+		d.Fail("unknown status %d", status)
 	default:
 		r.Revision = d.int("revision")
 		switch r.Op {
 		case StreamGet:
 			r.KV.CreateRevision, r.KV.ModRevision, r.KV.Version = d.int("create_revision"), d.int("mod_revision"), d.int("version")
-			r.KV.Value = append([]byte{}, d.bytes("value")...)
+			r.KV.Value = append([]byte{}, d.Bytes("value", noMax)...)
 		case StreamPut:
 		case StreamDelete:
 			r.Deleted = d.int("deleted")
 		default:
-			d.fail("unknown op %d", byte(r.Op))
+			d.Fail("unknown op %d", byte(r.Op))
 		}
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return fmt.Errorf("response %d: %w", r.ID, d.err)
+	if err := d.Finish(); err != nil {
+		return fmt.Errorf("response %d: %w", r.ID, err)
 	}
 	return nil
 }

@@ -92,6 +92,10 @@ type Op struct {
 	// Limit bounds the items of a ranged get; 0 means the server's maximum list limit
 	// (10000 by default). OpResponse.More says whether the limit cut the result.
 	Limit int64 `json:"limit,omitempty"`
+	// Lease attaches the key of a put to this lease (see PathLeases); 0 or absent
+	// attaches it to none, detaching it. A missing lease fails the whole transaction
+	// with 404 LeaseNotFound, nothing written.
+	Lease int64 `json:"lease,omitempty"`
 }
 
 // TxnResponse answers POST /v1/txn.

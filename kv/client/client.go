@@ -136,7 +136,10 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 // retry runs one against the node to try first; after a failure that is safe to retry
 // (write: the request changes state) it moves on to the next node and backs off
 // (at least the server's Retry-After, as one reports it), up to MaxRetries times.
+// A 503 NoLeader moves on at once, without backing off, while some node has not
+// answered NoLeader in a row: the node is cut off from the leader, the next may not be.
 func (c *Client) retry(ctx context.Context, write bool, one func(base string) (retryAfter time.Duration, err error)) error {
+	noLeader := 0 // NoLeader answers in a row since the last backoff
 	for attempt := 0; ; attempt++ {
 		idx := int(c.cur.Load()) % len(c.addrs)
 		retryAfter, err := one(c.addrs[idx])
@@ -144,6 +147,12 @@ func (c *Client) retry(ctx context.Context, write bool, one func(base string) (r
 			return err
 		}
 		c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))
+		if isNoLeader(err) {
+			if noLeader++; noLeader < len(c.addrs) {
+				continue
+			}
+		}
+		noLeader = 0
 		if serr := sleep(ctx, c.backoff(attempt, retryAfter)); serr != nil {
 			return fmt.Errorf("client: gave up: %w; last attempt: %w", serr, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,6 +155,28 @@ func TestTxnCompactStatus(t *testing.T) {
 	}
 }
 
+// TestTxnDuplicateKey: a branch that writes a key twice comes back as a typed,
+// non-retried 400 that names the key.
+func TestTxnDuplicateKey(t *testing.T) {
+	f := newFixture(t)
+	before := f.store.FSM().Revision()
+	_, err := f.c.Txn(context.Background(), &api.TxnRequest{Success: []api.Op{
+		{Type: api.OpDeleteRange, Key: "z/", Prefix: true},
+		{Type: api.OpPut, Key: "z/1", Value: []byte("1")},
+	}})
+	var e *client.Error
+	if !client.IsDuplicateKey(err) || !client.IsBadRequest(err) || client.IsRetriable(err) ||
+		!errors.As(err, &e) || !strings.Contains(e.Message, `"z/1"`) {
+		t.Fatalf("Txn with a duplicate key = %v, want a 400 DuplicateKey naming z/1", err)
+	}
+	if n := f.sent.n.Load(); n != 1 {
+		t.Errorf("%d requests sent, want 1 (not retried)", n)
+	}
+	if got := f.store.FSM().Revision(); got != before {
+		t.Errorf("revision %d → %d: the refused transaction was applied", before, got)
+	}
+}
+
 func TestPager(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -293,6 +316,40 @@ func TestRetries(t *testing.T) {
 		t.Fatalf("Get with no leader for good = %v after %d requests, want 6 then give up", err, f.sent.n.Load())
 	}
 	f.store.FailNext(0, nil)
+}
+
+// TestNoLeaderMovesOnAtOnce: a node that answers 503 NoLeader is cut off from the
+// leader; the client tries the next node without backing off (a backoff here would
+// last at least the 1s Retry-After), writes included (nothing was applied). When every
+// node says NoLeader it backs off as usual.
+func TestNoLeaderMovesOnAtOnce(t *testing.T) {
+	cut, ok := newFixture(t), newFixture(t)
+	cut.store.FailNext(1000, raft.ErrNoLeader)
+	sent := &countingTransport{}
+	c, err := client.New([]string{cut.url, ok.url}, client.Options{HTTPClient: &http.Client{Transport: sent},
+		MaxRetries: 3, MinBackoff: 2 * time.Second, MaxBackoff: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Put(context.Background(), "k", []byte("v")); err != nil {
+		t.Fatalf("Put with one node cut off: %v", err)
+	}
+	if d := time.Since(start); d > time.Second || sent.n.Load() != 2 {
+		t.Fatalf("Put took %v and %d requests, want 2 requests and no backoff", d, sent.n.Load())
+	}
+
+	ok.store.FailNext(1000, raft.ErrNoLeader)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	sent.n.Store(0)
+	_, err = c.Put(ctx, "k", []byte("w"))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Reason != api.ReasonNoLeader || !client.IsRetriable(err) || sent.n.Load() != 2 {
+		t.Fatalf("Put with every node cut off = %v after %d requests, want a NoLeader 503 after trying both then backing off", err, sent.n.Load())
+	}
+	cut.store.FailNext(0, nil)
+	ok.store.FailNext(0, nil)
 }
 
 // TestRetryConnectionRefused: a dead node is skipped, writes included (connection

@@ -55,6 +55,14 @@ func IsBadRequest(err error) bool {
 	return ok && e.Code == http.StatusBadRequest
 }
 
+// IsDuplicateKey reports whether err is a 400 DuplicateKey: one branch of a
+// transaction writes a key twice (two puts, or a put under a delete of the same
+// branch). Nothing was written; the message names the key.
+func IsDuplicateKey(err error) bool {
+	e, ok := asError(err)
+	return ok && e.Code == http.StatusBadRequest && e.Reason == api.ReasonDuplicateKey
+}
+
 // IsRetriable reports whether the same request may succeed later: a 503 or 504, or a
 // transport failure. The client has already retried what was safe; for a write this
 // can also mean its outcome is unknown, so retry it only if it is idempotent.
@@ -69,6 +77,18 @@ func IsRetriable(err error) bool {
 	return errors.As(err, &netErr) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errBrokenResponse) ||
 		errors.Is(err, errStreamLost) || notSent(err)
+}
+
+// notApplied: a 503 whose reason says the request was not applied.
+func notApplied(e *Error) bool {
+	return e.Reason == api.ReasonUnavailable || e.Reason == api.ReasonNoLeader
+}
+
+// isNoLeader: the node answered 503 NoLeader: it is cut off from the leader, and
+// another node may not be.
+func isNoLeader(err error) bool {
+	e, ok := asError(err)
+	return ok && e.Code == http.StatusServiceUnavailable && e.Reason == api.ReasonNoLeader
 }
 
 // errBrokenResponse marks a response that ended before its body could be read.
@@ -96,7 +116,7 @@ func safeToRetry(err error, write bool) bool {
 	}
 	if e, ok := asError(err); ok {
 		switch {
-		case e.Code == http.StatusServiceUnavailable && e.Reason == api.ReasonUnavailable:
+		case e.Code == http.StatusServiceUnavailable && notApplied(e):
 			return true
 		case e.Code == http.StatusServiceUnavailable, e.Code == http.StatusGatewayTimeout:
 			return !write

@@ -1,41 +1,15 @@
-// Package wal is keel's Raft log store: an append-only log in segment files with one
-// write and one fdatasync per batch of entries, where raft-boltdb pays page writes
-// and two fsyncs per batch. It implements hashicorp/raft's LogStore.
-//
-// Layout of a directory:
-//
-//	seg-<first index, 20 digits>.wal   segments, in index order; only the last is written
-//	first                              the logical first index after a head truncation
-//
-// A segment is a sequence of records
-//
-//	length:uint32 crc32c(payload):uint32 payload
-//	payload = index:uint64 term:uint64 type:uint8 appendedAt:int64 data:bytes extensions:bytes
-//
-// (little endian; bytes = uint32 length + content), with consecutive indexes. On Open
-// every record is read and checked. A torn or garbled tail of the *last* segment is the
-// batch a crash interrupted before its fsync returned — never acknowledged — and is cut
-// off; damage anywhere else is corruption and Open refuses to start, naming the file
-// and offset.
-//
-// The package must never acknowledge a write before it is on disk: StoreLogs returns
-// only after fdatasync, and a truncation is durable before DeleteRange returns.
 package wal
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
 )
 
@@ -45,33 +19,45 @@ var (
 	ErrCorrupt = errors.New("wal: corrupt log")
 	// ErrNotContiguous: StoreLogs got entries that do not follow the last one.
 	ErrNotContiguous = errors.New("wal: entries do not follow the log")
+	// ErrTooLarge: an entry does not fit in one record (MaxRecordBytes); nothing was
+	// written.
+	ErrTooLarge = errors.New("wal: entry too large")
+	// ErrFailed: an earlier fdatasync or deletion failed; the store writes nothing more
+	// until it is reopened.
+	ErrFailed = errors.New("wal: log store failed")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("wal: closed")
 )
 
 const (
-	recordHeader = 8 // length + crc
-	payloadFixed = 8 + 8 + 1 + 8 + 4 + 4
-	maxRecord    = 256 << 20 // far above keel's largest command
-
 	firstFile = "first"
 	segPrefix = "seg-"
 	segSuffix = ".wal"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // segmentMaxSize: the tail rolls to a new segment past this size (a var for tests).
 var segmentMaxSize int64 = 64 << 20
+
+// Options configure a store. The zero value is the operating system's file system,
+// no logger and no failure callback.
+type Options struct {
+	// FS is the file system the log lives on (default OSFS).
+	FS FS
+	// Logger reports what Open cut off and why the store failed.
+	Logger hclog.Logger
+	// OnFail is called once, in its own goroutine, when the store fails for good
+	// (ErrFailed): the node must stop writing and step down.
+	OnFail func(error)
+}
 
 // segment is one file. Entries first..last (last < first when empty) live in it at
 // offsets[i-first].
 type segment struct {
-	f       *os.File
+	f       File
 	path    string
 	first   uint64
 	offsets []int64 // record start of each entry
-	size    int64
+	size    int64   // end of the last good record; the file may hold more when dirty
 }
 
 func (s *segment) last() uint64 { return s.first + uint64(len(s.offsets)) - 1 }
@@ -80,9 +66,21 @@ func (s *segment) last() uint64 { return s.first + uint64(len(s.offsets)) - 1 }
 // concurrently with StoreLogs (reads of entries already stored never wait for an
 // fsync in progress); truncations exclude everything.
 type Store struct {
-	dir string
+	dir  string
+	fs   FS
+	log  hclog.Logger
+	opts Options
 
 	writeMu sync.Mutex // serializes writers (StoreLogs, DeleteRange, Close)
+	// Guarded by writeMu:
+	buf []byte // encode buffer
+	// dirty: a failed write may have left bytes past the tail's size; they are cut
+	// off before the next write.
+	dirty bool
+	// failed is the error that made the store refuse writes (nil while healthy).
+	failed error
+	// tailCut: a suffix was deleted and nothing appended since (see StoreLogs).
+	tailCut bool
 
 	mu struct {
 		sync.RWMutex
@@ -91,48 +89,82 @@ type Store struct {
 		last   uint64
 		closed bool
 	}
-	buf []byte // encode buffer, guarded by writeMu
 }
 
-// Open opens (creating if needed) the log in dir, recovering from a crash.
-func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("wal: %w", err)
+// Open opens (creating if needed) the log in dir on the operating system's file
+// system, recovering from a crash.
+func Open(dir string) (*Store, error) { return OpenWith(dir, Options{}) }
+
+// OpenWith opens the log in dir with opts.
+func OpenWith(dir string, opts Options) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = OSFS{}
 	}
-	s := &Store{dir: dir}
-	names, err := segmentNames(dir)
-	if err != nil {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	s := &Store{dir: dir, fs: opts.FS, log: opts.Logger, opts: opts}
+	if err := s.fs.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	if err := s.load(); err != nil {
+		s.closeFilesLocked()
 		return nil, err
 	}
+	return s, nil
+}
+
+// load reads every segment and the first file.
+func (s *Store) load() error {
+	names, err := s.segmentNames()
+	if err != nil {
+		return err
+	}
 	for i, name := range names {
-		seg, err := openSegment(filepath.Join(dir, name), i == len(names)-1)
+		seg, err := s.openSegment(filepath.Join(s.dir, name), i == len(names)-1)
 		if err != nil {
-			s.closeFiles()
-			return nil, err
-		}
-		if n := len(s.mu.segs); n > 0 && len(seg.offsets) > 0 && seg.first != s.mu.segs[n-1].last()+1 {
-			s.closeFiles()
-			return nil, fmt.Errorf("%w: %s starts at index %d, previous segment ends at %d",
-				ErrCorrupt, seg.path, seg.first, s.mu.segs[n-1].last())
+			return err
 		}
 		s.mu.segs = append(s.mu.segs, seg)
 	}
-	// Drop empty segments but the last (a crash right after a roll leaves one).
-	s.mu.segs = slices.DeleteFunc(s.mu.segs, func(g *segment) bool {
-		if len(g.offsets) == 0 && g != s.mu.segs[len(s.mu.segs)-1] {
+	// Empty segments but the last are what a crash right after creating a segment
+	// left, or a removal whose directory fsync a power loss undid. They hold nothing:
+	// drop them, durably, before checking that the rest is contiguous.
+	removed := false
+	for i := 0; i < len(s.mu.segs)-1; {
+		if g := s.mu.segs[i]; len(g.offsets) == 0 {
 			g.f.Close()
-			os.Remove(g.path)
-			return true
+			if err := s.fs.Remove(g.path); err != nil {
+				return fmt.Errorf("wal: remove empty segment: %w", err)
+			}
+			s.mu.segs = slices.Delete(s.mu.segs, i, i+1)
+			removed = true
+			continue
 		}
-		return false
-	})
-	first, err := readFirst(dir)
+		i++
+	}
+	if removed {
+		if err := s.fs.SyncDir(s.dir); err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+	}
+	var prev *segment
+	for _, g := range s.mu.segs {
+		if len(g.offsets) == 0 {
+			continue
+		}
+		if prev != nil && g.first != prev.last()+1 {
+			return fmt.Errorf("%w: %s starts at index %d, previous segment %s ends at %d",
+				ErrCorrupt, g.path, g.first, prev.path, prev.last())
+		}
+		prev = g
+	}
+	first, err := readFirst(s.fs, s.dir)
 	if err != nil {
-		s.closeFiles()
-		return nil, err
+		return err
 	}
 	s.recomputeBounds(first)
-	return s, nil
+	return nil
 }
 
 // recomputeBounds sets first/last from the segments and a logical first index.
@@ -157,15 +189,15 @@ func (s *Store) recomputeBounds(logicalFirst uint64) {
 	}
 }
 
-func segmentNames(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
+func (s *Store) segmentNames() ([]string, error) {
+	all, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
 	var names []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), segPrefix) && strings.HasSuffix(e.Name(), segSuffix) {
-			names = append(names, e.Name())
+	for _, n := range all {
+		if strings.HasPrefix(n, segPrefix) && strings.HasSuffix(n, segSuffix) {
+			names = append(names, n)
 		}
 	}
 	slices.Sort(names) // zero-padded first indexes sort numerically
@@ -174,138 +206,51 @@ func segmentNames(dir string) ([]string, error) {
 
 func segmentName(first uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, first, segSuffix) }
 
-// openSegment reads every record of path. In the last segment a damaged tail is cut
-// off (the file is truncated); elsewhere it is ErrCorrupt.
-func openSegment(path string, last bool) (*segment, error) {
+// openSegment reads every record of path. Damage is cut off only when it is a suffix
+// of the last segment (see the package doc); anything else is ErrCorrupt.
+func (s *Store) openSegment(path string, last bool) (*segment, error) {
 	base := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), segPrefix), segSuffix)
 	first, err := strconv.ParseUint(base, 10, 64)
 	if err != nil || first == 0 {
 		return nil, fmt.Errorf("%w: bad segment name %s", ErrCorrupt, path)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
+	f, err := s.fs.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
-	data, err := io.ReadAll(f)
+	data, err := readAll(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("wal: read %s: %w", path, err)
 	}
 	seg := &segment{f: f, path: path, first: first}
 	off, problem := scanRecords(data, first, func(_ uint64, at int64) { seg.offsets = append(seg.offsets, at) })
-	if problem != "" {
-		if !last {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s at offset %d: %s", ErrCorrupt, path, off, problem)
-		}
-		// The batch a crash interrupted: never acknowledged, so cut it off.
-		if err := f.Truncate(off); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("wal: truncate torn tail of %s: %w", path, err)
-		}
-		if err := fdatasync(f); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("wal: sync %s: %w", path, err)
-		}
-	}
 	seg.size = off
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
+	if problem == "" {
+		return seg, nil
+	}
+	if !last {
 		f.Close()
-		return nil, fmt.Errorf("wal: %w", err)
+		return nil, fmt.Errorf("%w: %s at offset %d: %s", ErrCorrupt, path, off, problem)
+	}
+	next := first + uint64(len(seg.offsets))
+	if at, idx := validRecordAfter(data, off, next); at >= 0 {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s at offset %d: %s, yet a good record (index %d) follows at offset %d: not a torn write",
+			ErrCorrupt, path, off, problem, idx, at)
+	}
+	// What an interrupted batch left: never acknowledged, so cut it off, durably.
+	s.log.Warn("cutting off the torn tail of the raft log", "file", path, "offset", off,
+		"bytes", int64(len(data))-off, "cause", problem, "last_index", next-1)
+	if err := f.Truncate(off); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: truncate torn tail of %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: sync %s: %w", path, err)
 	}
 	return seg, nil
-}
-
-// scanRecords walks the records of data, whose first entry must be index first, and
-// calls fn for each good one. It returns the offset after the last good record and,
-// when it stopped early, why.
-func scanRecords(data []byte, first uint64, fn func(index uint64, at int64)) (int64, string) {
-	off := 0
-	next := first
-	for off < len(data) {
-		if len(data)-off < recordHeader {
-			return int64(off), "truncated record header"
-		}
-		n := int(binary.LittleEndian.Uint32(data[off:]))
-		sum := binary.LittleEndian.Uint32(data[off+4:])
-		if n < payloadFixed || n > maxRecord || n > len(data)-off-recordHeader {
-			return int64(off), fmt.Sprintf("record length %d", n)
-		}
-		payload := data[off+recordHeader : off+recordHeader+n]
-		if crc32.Checksum(payload, castagnoli) != sum {
-			return int64(off), "checksum mismatch"
-		}
-		l, err := decodePayload(payload)
-		if err != nil {
-			return int64(off), err.Error()
-		}
-		if l.Index != next {
-			return int64(off), fmt.Sprintf("index %d where %d was expected", l.Index, next)
-		}
-		fn(l.Index, int64(off))
-		next++
-		off += recordHeader + n
-	}
-	return int64(off), ""
-}
-
-func appendRecord(b []byte, l *hraft.Log) []byte {
-	start := len(b)
-	b = append(b, make([]byte, recordHeader)...)
-	b = binary.LittleEndian.AppendUint64(b, l.Index)
-	b = binary.LittleEndian.AppendUint64(b, l.Term)
-	b = append(b, byte(l.Type))
-	var at int64
-	if !l.AppendedAt.IsZero() {
-		at = l.AppendedAt.UnixNano()
-	}
-	b = binary.LittleEndian.AppendUint64(b, uint64(at))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(l.Data)))
-	b = append(b, l.Data...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(l.Extensions)))
-	b = append(b, l.Extensions...)
-	payload := b[start+recordHeader:]
-	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
-	return b
-}
-
-// decodePayload decodes one record payload; the byte slices alias p.
-func decodePayload(p []byte) (*hraft.Log, error) {
-	if len(p) < payloadFixed {
-		return nil, errors.New("short payload")
-	}
-	l := &hraft.Log{Index: binary.LittleEndian.Uint64(p), Term: binary.LittleEndian.Uint64(p[8:]),
-		Type: hraft.LogType(p[16])}
-	if at := int64(binary.LittleEndian.Uint64(p[17:])); at != 0 {
-		l.AppendedAt = time.Unix(0, at)
-	}
-	rest := p[25:]
-	var err error
-	if l.Data, rest, err = cutBytes(rest); err != nil {
-		return nil, err
-	}
-	if l.Extensions, rest, err = cutBytes(rest); err != nil {
-		return nil, err
-	}
-	if len(rest) != 0 {
-		return nil, errors.New("trailing bytes in record")
-	}
-	return l, nil
-}
-
-func cutBytes(p []byte) (field, rest []byte, err error) {
-	if len(p) < 4 {
-		return nil, nil, errors.New("short length")
-	}
-	n := binary.LittleEndian.Uint32(p)
-	if uint64(n) > uint64(len(p)-4) {
-		return nil, nil, errors.New("field longer than record")
-	}
-	if n == 0 {
-		return nil, p[4:], nil
-	}
-	return p[4 : 4+n : 4+n], p[4+n:], nil
 }
 
 // FirstIndex returns the first index stored, 0 for an empty log.
@@ -323,6 +268,7 @@ func (s *Store) LastIndex() (uint64, error) {
 }
 
 // GetLog reads the entry at index into out; hraft.ErrLogNotFound outside the log.
+// Reads go on after the store failed (a leader hands over with them).
 func (s *Store) GetLog(index uint64, out *hraft.Log) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -348,21 +294,20 @@ func (s *Store) GetLog(index uint64, out *hraft.Log) error {
 	}
 	g := s.mu.segs[i]
 	at := g.offsets[index-g.first]
-	var head [recordHeader]byte
-	if _, err := g.f.ReadAt(head[:], at); err != nil {
+	end := g.size
+	if k := index - g.first + 1; k < uint64(len(g.offsets)) {
+		end = g.offsets[k]
+	}
+	buf := make([]byte, end-at)
+	if _, err := g.f.ReadAt(buf, at); err != nil {
 		return fmt.Errorf("wal: read %s@%d: %w", g.path, at, err)
 	}
-	n := binary.LittleEndian.Uint32(head[:])
-	payload := make([]byte, n)
-	if _, err := g.f.ReadAt(payload, at+recordHeader); err != nil {
-		return fmt.Errorf("wal: read %s@%d: %w", g.path, at, err)
+	l, _, problem := decodeRecord(buf)
+	if problem != "" {
+		return fmt.Errorf("%w: %s@%d: %s on read", ErrCorrupt, g.path, at, problem)
 	}
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(head[4:]) {
-		return fmt.Errorf("%w: %s@%d: checksum mismatch on read", ErrCorrupt, g.path, at)
-	}
-	l, err := decodePayload(payload)
-	if err != nil {
-		return fmt.Errorf("%w: %s@%d: %v", ErrCorrupt, g.path, at, err)
+	if l.Index != index {
+		return fmt.Errorf("%w: %s@%d: index %d where %d was expected", ErrCorrupt, g.path, at, l.Index, index)
 	}
 	*out = *l
 	return nil
@@ -373,23 +318,47 @@ func (s *Store) StoreLog(l *hraft.Log) error { return s.StoreLogs([]*hraft.Log{l
 
 // StoreLogs appends entries, which must continue the log (any index when it is empty),
 // with one write and one fdatasync; it returns once they are durable. Entries that
-// start past the end (a user snapshot was restored in between) replace the log.
+// start past the end (a user snapshot was restored in between) replace the log. An
+// entry over MaxRecordBytes is refused with ErrTooLarge and nothing is written.
 func (s *Store) StoreLogs(logs []*hraft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
+	for _, l := range logs {
+		if recordSize(l)-recordHeader > MaxRecordBytes {
+			return fmt.Errorf("%w: entry %d is %d bytes, the limit is %d", ErrTooLarge, l.Index,
+				len(l.Data)+len(l.Extensions), MaxRecordBytes-payloadFixed)
+		}
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	err := s.storeLocked(logs)
+	switch {
+	case err == nil:
+		s.tailCut = false
+	case s.tailCut && s.failed == nil && !errors.Is(err, ErrNotContiguous) && !errors.Is(err, ErrClosed):
+		// hashicorp/raft deletes a follower's conflicting suffix and then appends; when
+		// the append fails it keeps the deleted entries as its last log (a TODO in its
+		// appendEntries) and the follower can never catch up. Only a restart, which
+		// re-reads this log, makes the two agree again: fail for good.
+		return s.fail(fmt.Errorf("%w (the append after a suffix was deleted failed: the raft library "+
+			"still takes the deleted entries for its last log, a restart re-reads the log)", err))
+	}
+	return err
+}
+
+// storeLocked is StoreLogs with writeMu held.
+func (s *Store) storeLocked(logs []*hraft.Log) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
 	s.mu.RLock()
-	closed, last := s.mu.closed, s.mu.last
+	last := s.mu.last
 	var tail *segment
 	if n := len(s.mu.segs); n > 0 {
 		tail = s.mu.segs[n-1]
 	}
 	s.mu.RUnlock()
-	if closed {
-		return ErrClosed
-	}
 	// The log restarts at logs[0] after a gap (hashicorp/raft restored a user snapshot
 	// at last+1 without an entry there: everything before is covered by that snapshot,
 	// as after a snapshot install) or when segments hold no live entry any more (the
@@ -399,7 +368,7 @@ func (s *Store) StoreLogs(logs []*hraft.Log) error {
 		err := s.deleteAllLocked()
 		s.mu.Unlock()
 		if err != nil {
-			return err
+			return s.fail(err)
 		}
 		last, tail = 0, nil
 	}
@@ -425,10 +394,11 @@ func (s *Store) StoreLogs(logs []*hraft.Log) error {
 		s.buf = appendRecord(s.buf, l)
 	}
 	if _, err := tail.f.WriteAt(s.buf, tail.size); err != nil {
+		s.dirty = true // part of the batch may be in the file: cut before the next write
 		return fmt.Errorf("wal: append to %s: %w", tail.path, err)
 	}
-	if err := fdatasync(tail.f); err != nil {
-		return fmt.Errorf("wal: sync %s: %w", tail.path, err)
+	if err := tail.f.Sync(); err != nil {
+		return s.fail(fmt.Errorf("wal: sync %s: %w", tail.path, err))
 	}
 	s.mu.Lock()
 	tail.offsets = append(tail.offsets, offsets...)
@@ -444,139 +414,85 @@ func (s *Store) StoreLogs(logs []*hraft.Log) error {
 	return nil
 }
 
+// writable checks that a write may start, and first cuts off what a failed write may
+// have left past the tail's end. Called with writeMu held.
+func (s *Store) writable() error {
+	s.mu.RLock()
+	closed := s.mu.closed
+	var tail *segment
+	if n := len(s.mu.segs); n > 0 {
+		tail = s.mu.segs[n-1]
+	}
+	s.mu.RUnlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case s.failed != nil:
+		return fmt.Errorf("%w: %w", ErrFailed, s.failed)
+	case !s.dirty || tail == nil:
+		s.dirty = false
+		return nil
+	}
+	if err := tail.f.Truncate(tail.size); err != nil {
+		return s.fail(fmt.Errorf("wal: cut what a failed write left in %s: %w", tail.path, err))
+	}
+	if err := tail.f.Sync(); err != nil {
+		return s.fail(fmt.Errorf("wal: sync %s: %w", tail.path, err))
+	}
+	s.dirty = false
+	return nil
+}
+
+// fail makes the store refuse every later write and reports err once. Called with
+// writeMu held; returns err wrapped in ErrFailed.
+func (s *Store) fail(err error) error {
+	if s.failed == nil {
+		s.failed = err
+		s.log.Error("raft log store failed: refusing further writes until restarted", "error", err)
+		if s.opts.OnFail != nil {
+			go s.opts.OnFail(err)
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrFailed, err)
+}
+
+// Failed returns the error that made the store refuse writes, or nil.
+func (s *Store) Failed() error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	return s.failed
+}
+
 // newSegment creates the segment whose first entry will be first and makes it the
-// tail. Called with writeMu held.
+// tail; an empty tail it replaces is removed. One directory fsync covers both before
+// anything is written to the new file. Called with writeMu held.
 func (s *Store) newSegment(first uint64) (*segment, error) {
 	path := filepath.Join(s.dir, segmentName(first))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("wal: create segment: %w", err)
-	}
-	if err := syncDir(s.dir); err != nil {
-		f.Close()
-		return nil, err
-	}
-	g := &segment{f: f, path: path, first: first}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	// An empty tail is replaced (a log emptied by DeleteRange restarts elsewhere).
 	if n := len(s.mu.segs); n > 0 && len(s.mu.segs[n-1].offsets) == 0 {
 		old := s.mu.segs[n-1]
 		old.f.Close()
+		s.mu.segs = s.mu.segs[:n-1]
 		if old.path != path {
-			os.Remove(old.path)
+			if err := s.fs.Remove(old.path); err != nil {
+				return nil, s.fail(fmt.Errorf("wal: remove empty segment: %w", err))
+			}
 		}
-		s.mu.segs = s.mu.segs[:n-1]
 	}
+	f, err := s.fs.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("wal: create segment: %w", err)
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		f.Close()
+		s.fs.Remove(path)
+		return nil, s.fail(fmt.Errorf("wal: %w", err))
+	}
+	g := &segment{f: f, path: path, first: first}
 	s.mu.segs = append(s.mu.segs, g)
-	s.mu.Unlock()
 	return g, nil
-}
-
-// DeleteRange deletes entries min..max inclusive. hashicorp/raft deletes either a
-// prefix (after a snapshot) or a suffix (a follower's conflicting entries); a range
-// in the middle is refused.
-func (s *Store) DeleteRange(min, max uint64) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.closed {
-		return ErrClosed
-	}
-	first, last := s.mu.first, s.mu.last
-	switch {
-	case last == 0 || min > max || max < first || min > last:
-		return nil
-	case min <= first && max >= last:
-		return s.deleteAllLocked()
-	case min <= first:
-		return s.deleteHeadLocked(max)
-	case max >= last:
-		return s.deleteTailLocked(min)
-	}
-	return fmt.Errorf("wal: DeleteRange(%d, %d) inside the log [%d, %d] is not supported", min, max, first, last)
-}
-
-// deleteAllLocked removes every segment; the next StoreLogs starts a new one. The
-// logical first index is reset first and segments go oldest first, so a crash midway
-// leaves a consistent suffix of the old log (as if the deletion had not happened yet).
-func (s *Store) deleteAllLocked() error {
-	if err := writeFirst(s.dir, 0); err != nil {
-		return err
-	}
-	for len(s.mu.segs) > 0 {
-		g := s.mu.segs[0]
-		g.f.Close()
-		if err := os.Remove(g.path); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("wal: %w", err)
-		}
-		s.mu.segs = s.mu.segs[1:]
-	}
-	s.mu.segs = nil
-	s.mu.first, s.mu.last = 0, 0
-	return syncDir(s.dir)
-}
-
-// deleteHeadLocked makes max+1 the first index: whole segments below it go, and the
-// logical first index is persisted before any file is removed.
-func (s *Store) deleteHeadLocked(max uint64) error {
-	if err := writeFirst(s.dir, max+1); err != nil {
-		return err
-	}
-	s.mu.first = max + 1
-	keep := s.mu.segs[:0]
-	for i, g := range s.mu.segs {
-		if i < len(s.mu.segs)-1 && len(g.offsets) > 0 && g.last() <= max {
-			g.f.Close()
-			if err := os.Remove(g.path); err != nil && !os.IsNotExist(err) {
-				return fmt.Errorf("wal: %w", err)
-			}
-			continue
-		}
-		keep = append(keep, g)
-	}
-	s.mu.segs = keep
-	return syncDir(s.dir)
-}
-
-// deleteTailLocked removes min..last: segments starting at or after min are removed
-// (durably, newest first) before the segment holding min is cut at min's record, so a
-// crash midway never leaves a hole between segments.
-func (s *Store) deleteTailLocked(min uint64) error {
-	removed := false
-	for n := len(s.mu.segs); n > 0; n = len(s.mu.segs) {
-		g := s.mu.segs[n-1]
-		if len(g.offsets) > 0 && g.first < min {
-			break
-		}
-		g.f.Close()
-		if err := os.Remove(g.path); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("wal: %w", err)
-		}
-		s.mu.segs = s.mu.segs[:n-1]
-		removed = true
-	}
-	if removed {
-		if err := syncDir(s.dir); err != nil {
-			return err
-		}
-	}
-	if n := len(s.mu.segs); n > 0 {
-		g := s.mu.segs[n-1]
-		if min <= g.last() {
-			at := g.offsets[min-g.first]
-			if err := g.f.Truncate(at); err != nil {
-				return fmt.Errorf("wal: truncate %s: %w", g.path, err)
-			}
-			if err := fdatasync(g.f); err != nil {
-				return fmt.Errorf("wal: sync %s: %w", g.path, err)
-			}
-			g.offsets = g.offsets[:min-g.first]
-			g.size = at
-		}
-	}
-	s.mu.last = min - 1
-	return nil
 }
 
 // Close closes the files. Later calls fail with ErrClosed.
@@ -592,8 +508,6 @@ func (s *Store) Close() error {
 	return s.closeFilesLocked()
 }
 
-func (s *Store) closeFiles() { s.closeFilesLocked() }
-
 func (s *Store) closeFilesLocked() error {
 	var errs []error
 	for _, g := range s.mu.segs {
@@ -602,59 +516,6 @@ func (s *Store) closeFilesLocked() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// readFirst reads the logical first index (0 when never truncated).
-func readFirst(dir string) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, firstFile))
-	if os.IsNotExist(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("wal: %w", err)
-	}
-	if len(b) != 12 || crc32.Checksum(b[:8], castagnoli) != binary.LittleEndian.Uint32(b[8:]) {
-		return 0, fmt.Errorf("%w: %s is damaged", ErrCorrupt, filepath.Join(dir, firstFile))
-	}
-	return binary.LittleEndian.Uint64(b), nil
-}
-
-// writeFirst replaces the first-index file atomically and durably.
-func writeFirst(dir string, first uint64) error {
-	b := binary.LittleEndian.AppendUint64(nil, first)
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	tmp := filepath.Join(dir, firstFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("wal: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("wal: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, firstFile)); err != nil {
-		return fmt.Errorf("wal: %w", err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("wal: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("wal: sync dir: %w", err)
-	}
-	return nil
 }
 
 var _ hraft.LogStore = (*Store)(nil)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	hraft "github.com/hashicorp/raft"
+
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/raft"
 )
@@ -139,17 +141,17 @@ func (s *LocalStore) applyLocked(cmd *fsm.Command) *fsm.Result {
 }
 
 // View returns the store's current view for either consistency.
-func (s *LocalStore) View(ctx context.Context, c raft.Consistency) (*fsm.View, error) {
+func (s *LocalStore) View(ctx context.Context, c fsm.Consistency) (*fsm.View, error) {
 	if err := s.fault(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	hold := s.mu.hold
-	if hold != nil && c == raft.Linearizable {
+	if hold != nil && c == fsm.Linearizable {
 		s.mu.held++
 	}
 	s.mu.Unlock()
-	if hold != nil && c == raft.Linearizable {
+	if hold != nil && c == fsm.Linearizable {
 		select {
 		case <-hold:
 		case <-ctx.Done():
@@ -163,6 +165,9 @@ func (s *LocalStore) View(ctx context.Context, c raft.Consistency) (*fsm.View, e
 	}
 	return s.fsm.View(), nil
 }
+
+// Watch starts a watcher on the state machine.
+func (s *LocalStore) Watch(opts fsm.WatchOptions) (*fsm.Watcher, error) { return s.fsm.Watch(opts) }
 
 // ClusterSecret waits until the cluster secret is set or ctx is done.
 func (s *LocalStore) ClusterSecret(ctx context.Context) ([]byte, error) {
@@ -184,7 +189,7 @@ func (s *LocalStore) Status() raft.Status {
 	defer s.mu.Unlock()
 	st := raft.Status{NodeID: "local", State: "Leader", LeaderID: "local", LeaderAddr: "127.0.0.1:0",
 		Term: 1, CommitIndex: s.mu.index, AppliedIndex: s.mu.index, LastLogIndex: s.mu.index,
-		Members: []raft.Member{{ID: "local", Address: "127.0.0.1:0", Suffrage: "Voter", Leader: true}}}
+		Members: []raft.Member{{ID: "local", Address: "127.0.0.1:0", Suffrage: hraft.Voter, Leader: true}}}
 	if s.mu.noLeader {
 		st.State, st.LeaderID, st.LeaderAddr = "Follower", "", ""
 		st.Members[0].Leader = false

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// WatchDriver is what the watch workload needs of a system beyond Driver. Both
+// drivers implement it.
+type WatchDriver interface {
+	// Watch watches every key under prefix on node from revision from (0 = from
+	// now) and calls deliver with the value of each put, from one goroutine per
+	// watch, until ctx ends or the watch fails (the error; nil when ctx ended).
+	Watch(ctx context.Context, node int, prefix string, from int64, deliver func(val []byte)) error
+}
+
+// Watch for keel: the Go client's Watch (one HTTP/1.1 streaming response per watch,
+// each on its own connection), one client per member.
+func (d *keelDriver) Watch(ctx context.Context, node int, prefix string, from int64, deliver func([]byte)) error {
+	cl := d.watchClient(node)
+	for ev := range cl.Watch(ctx, prefix, client.WatchOptions{StartRevision: from, Buffer: 1024}) {
+		switch {
+		case ev.Err != nil && ctx.Err() != nil:
+			return nil
+		case ev.Err != nil:
+			return ev.Err
+		case ev.Type == api.EventPut:
+			deliver(ev.KV.Value)
+		}
+	}
+	return nil
+}
+
+func (d *keelDriver) watchClient(node int) *client.Client {
+	d.watchMu.Lock()
+	defer d.watchMu.Unlock()
+	if d.watchers == nil {
+		d.watchers = map[int]*client.Client{}
+	}
+	if c := d.watchers[node]; c != nil {
+		return c
+	}
+	tr := &http.Transport{
+		DialContext:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:       16,
+		DisableCompression: true,
+	}
+	c, err := client.New([]string{d.bases[node]}, client.Options{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		panic(fmt.Sprintf("keel client: %v", err)) // only on a bad address
+	}
+	d.watchers[node] = c
+	return c
+}
+
+// Watch for etcd: clientv3's Watch on one client (one gRPC connection) per member
+// dedicated to watches; clientv3 multiplexes every watch of that client onto one
+// gRPC stream, as the Kubernetes API server does.
+func (d *etcdDriver) Watch(ctx context.Context, node int, prefix string, from int64, deliver func([]byte)) error {
+	cli, err := d.watchClient(node)
+	if err != nil {
+		return err
+	}
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if from > 0 {
+		opts = append(opts, clientv3.WithRev(from))
+	}
+	for resp := range cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...) {
+		if err := resp.Err(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypePut {
+				deliver(ev.Kv.Value)
+			}
+		}
+	}
+	return nil
+}
+
+func (d *etcdDriver) watchClient(node int) (*clientv3.Client, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.watchers == nil {
+		d.watchers = map[int]*clientv3.Client{}
+	}
+	if c := d.watchers[node]; c != nil {
+		return c, nil
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{d.endpoints[node]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	d.watchers[node] = c
+	return c, nil
+}
+
+// watchStats is what one fan-out run measured.
+type watchStats struct {
+	watchers        int
+	writes          int64   // acknowledged writes in the measured window
+	delivered       int64   // events received by all watchers in the window
+	perSec          float64 // delivered / window
+	p50Ms, p99Ms    float64 // put sent → event received, over the events of the window
+	missing         int64   // events of acknowledged writes never received (after a drain)
+	watchErrs       int64
+	firstWatchError string
+}
+
+// fanWatcher is one watcher's tally; deliver runs on its watch's goroutine only.
+type fanWatcher struct {
+	got  atomic.Int64 // every event since the start
+	lats []time.Duration
+}
+
+// watchFanOut: watchers watchers of one prefix spread over the members (watcher w on
+// member w%3), all from one revision; one writer puts to the leader back to back,
+// each value carrying its send time. Events delivered per second and the delivery
+// latency (send → receipt) are measured over the window after warm-up; then the
+// writer stops and every watcher must receive every acknowledged write.
+func (s *suite) watchFanOut(ctx context.Context, d Driver, lead int) (watchStats, error) {
+	wd, ok := d.(WatchDriver)
+	if !ok {
+		return watchStats{}, errors.New("driver cannot watch")
+	}
+	st := watchStats{watchers: s.cfg.watchers}
+	from, err := d.Revision(ctx, lead)
+	if err != nil {
+		return st, err
+	}
+	from++
+	var mStart, mEnd atomic.Int64 // the window, ns since the epoch (0 = not yet)
+	ws := make([]*fanWatcher, s.cfg.watchers)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	for i := range ws {
+		fw := &fanWatcher{}
+		ws[i] = fw
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := wd.Watch(wctx, i%3, "f/", from, func(val []byte) {
+				now := time.Now().UnixNano()
+				fw.got.Add(1)
+				if len(val) < 8 {
+					return
+				}
+				if a, b := mStart.Load(), mEnd.Load(); a != 0 && now >= a && (b == 0 || now <= b) {
+					fw.lats = append(fw.lats, time.Duration(now-int64(binary.BigEndian.Uint64(val))))
+				}
+			})
+			if err != nil {
+				errMu.Lock()
+				st.watchErrs++
+				if st.firstWatchError == "" {
+					st.firstWatchError = err.Error()
+				}
+				errMu.Unlock()
+			}
+		}()
+	}
+	val := make([]byte, s.cfg.valBytes)
+	put := func(key string) error {
+		binary.BigEndian.PutUint64(val, uint64(time.Now().UnixNano()))
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		return d.Put(pctx, lead, 0, key, val)
+	}
+	// Every watcher established: each has an event of a "ready" write.
+	var acked int64
+	deadline := time.Now().Add(2 * time.Minute)
+	for !all(ws, 1) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			errMu.Lock()
+			defer errMu.Unlock()
+			return st, fmt.Errorf("watchers not established after 2m (%d errors, first: %s)", st.watchErrs, st.firstWatchError)
+		}
+		if err := put("f/ready"); err != nil {
+			return st, fmt.Errorf("ready write: %w", err)
+		}
+		acked++
+		time.Sleep(200 * time.Millisecond)
+	}
+	// One writer, back to back: warm-up, then the measured window.
+	start := time.Now()
+	mStart.Store(start.Add(s.cfg.warm).UnixNano())
+	mEnd.Store(start.Add(s.cfg.warm + s.cfg.watchDur).UnixNano())
+	var n int
+	for time.Since(start) < s.cfg.warm+s.cfg.watchDur && ctx.Err() == nil {
+		t := time.Now().UnixNano()
+		if err := put(fmt.Sprintf("f/%07d", n)); err != nil {
+			return st, fmt.Errorf("write: %w", err)
+		}
+		n++
+		acked++
+		if t >= mStart.Load() && t <= mEnd.Load() {
+			st.writes++
+		}
+	}
+	// Drain: every watcher gets every acknowledged write.
+	want := acked
+	for drain := time.Now().Add(30 * time.Second); !all(ws, want) && time.Now().Before(drain); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	var lats []time.Duration
+	for _, fw := range ws {
+		lats = append(lats, fw.lats...)
+		st.missing += max(0, want-fw.got.Load())
+	}
+	st.delivered = int64(len(lats))
+	st.perSec = float64(st.delivered) / s.cfg.watchDur.Seconds()
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		pct := func(p float64) float64 { return float64(lats[int(p*float64(len(lats)-1))]) / float64(time.Millisecond) }
+		st.p50Ms, st.p99Ms = pct(0.50), pct(0.99)
+	}
+	return st, nil
+}
+
+func all(ws []*fanWatcher, n int64) bool {
+	for _, fw := range ws {
+		if fw.got.Load() < n {
+			return false
+		}
+	}
+	return true
+}
+
+// watchIdleMemory starts idle watchers of a prefix nobody writes (after one event
+// each, to know they are established) on member node, and returns how much that
+// member's VmRSS grew, in MiB per 10,000 watchers.
+func (s *suite) watchIdleMemory(ctx context.Context, cl Cluster, node int) (float64, error) {
+	d := cl.Driver()
+	wd, ok := d.(WatchDriver)
+	if !ok {
+		return 0, errors.New("driver cannot watch")
+	}
+	pid := cl.PIDs()[node]
+	time.Sleep(3 * time.Second)
+	before, err := readMem(pid)
+	if err != nil {
+		return 0, err
+	}
+	from, err := d.Revision(ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ws := make([]*fanWatcher, s.cfg.idleWatchers)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range ws {
+		fw := &fanWatcher{}
+		ws[i] = fw
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if wd.Watch(wctx, node, "idle/", from+1, func([]byte) { fw.got.Add(1) }) != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer cancel()
+	if err := d.Put(ctx, node, 0, "idle/ready", []byte("x")); err != nil {
+		return 0, err
+	}
+	for deadline := time.Now().Add(3 * time.Minute); !all(ws, 1); {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("%d idle watchers not established after 3m (%d failed)", s.cfg.idleWatchers, failed.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second)
+	after, err := readMem(pid)
+	if err != nil {
+		return 0, err
+	}
+	grew := float64(after.VmRSS) - float64(before.VmRSS)
+	return grew / (1 << 20) * 10_000 / float64(s.cfg.idleWatchers), nil
+}
+
+// watch runs the watch workloads on a fresh cluster: fan-out, then idle memory.
+func (s *suite) watch(ctx context.Context, cl Cluster, lead int) {
+	st, err := s.watchFanOut(ctx, cl.Driver(), lead)
+	if err != nil {
+		s.fail("watch fan-out", err)
+		return
+	}
+	s.res.Metrics["watch.events_per_sec"] = st.perSec
+	s.res.Metrics["watch.p50_ms"] = st.p50Ms
+	s.res.Metrics["watch.p99_ms"] = st.p99Ms
+	s.res.Metrics["watch.missing"] = float64(st.missing)
+	s.note("watch fan-out: %d watchers, %d writes in %v, %d events delivered (%.0f/s), delivery p50 %.2fms p99 %.2fms, %d missing, %d watch errors %s",
+		st.watchers, st.writes, s.cfg.watchDur, st.delivered, st.perSec, st.p50Ms, st.p99Ms, st.missing, st.watchErrs, st.firstWatchError)
+	if st.missing > 0 {
+		s.fail("watch fan-out", fmt.Errorf("%d events of acknowledged writes never delivered", st.missing))
+	}
+	mb, err := s.watchIdleMemory(ctx, cl, lead)
+	if err != nil {
+		s.fail("watch idle memory", err)
+		return
+	}
+	s.res.Metrics["watch.idle_mb_per_10k"] = mb
+	s.note("idle watchers: %d on the leader, VmRSS grew %.1f MiB per 10k watchers", s.cfg.idleWatchers, mb)
+}

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/keel-kv/keel/chaos"
+	"github.com/keel-kv/keel/internal/freeport"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
+)
+
+// TestIsolatedNodeAnswersNoLeader: three agents over loopback TCP, each dialing from its
+// own IP through chaos.Network proxies in front of the raft ports. Once a node is cut
+// off by a partition, its HTTP API answers 503 NoLeader with Retry-After, well inside
+// a client's 5s timeout, for writes and linearizable reads; a client that knows the
+// other nodes moves on to them at once and succeeds.
+func TestIsolatedNodeAnswersNoLeader(t *testing.T) {
+	const size = 3
+	ips := map[string]string{}
+	network := chaos.NewNetwork(func(remote, _ net.Addr) string {
+		if a, ok := remote.(*net.TCPAddr); ok {
+			return ips[a.IP.String()]
+		}
+		return ""
+	})
+	t.Cleanup(network.Close)
+	dir := t.TempDir()
+	c := &testCluster{t: t}
+	var ids []string
+	for i := range size {
+		id, ip := fmt.Sprintf("n%d", i+1), fmt.Sprintf("127.0.0.%d", 21+i)
+		ids, ips[ip] = append(ids, id), id
+		cfg := testConfig(t, dir, id)
+		rp, err1 := freeport.TCP(ip)
+		pp, err2 := freeport.TCP(ip)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Skipf("no port on %s (loopback aliases unavailable?): %v", ip, err)
+		}
+		cfg.Raft.BindAddr = net.JoinHostPort(ip, fmt.Sprint(rp))
+		cfg.Raft.SourceIP = ip
+		adv, err := network.Listen(id, net.JoinHostPort(ip, fmt.Sprint(pp)), cfg.Raft.BindAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Raft.AdvertiseAddr = adv
+		if i == 0 {
+			cfg.Raft.Bootstrap = true
+		} else {
+			cfg.Raft.Join = []string{c.cfgs[0].Raft.AdvertiseAddr}
+		}
+		c.cfgs, c.agents = append(c.cfgs, cfg), append(c.agents, nil)
+		c.start(i)
+		c.waitReady(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.agents {
+			c.stop(i)
+		}
+	})
+	cut := (c.leader() + 1) % size
+	var rest []string
+	for i, id := range ids {
+		if i != cut {
+			rest = append(rest, id)
+		}
+	}
+	network.Partition([]string{ids[cut]}, rest)
+	defer network.Heal()
+	time.Sleep(2 * c.cfgs[cut].Raft.HeartbeatTimeout) // past the point where it trusts its old leader
+
+	only, err := client.New([]string{c.agents[cut].HTTPAddr()}, client.Options{MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, op := range []struct {
+		name string
+		do   func() error
+	}{
+		{"put", func() error { _, err := only.Put(ctx, "k", []byte("v")); return err }},
+		{"linearizable get", func() error { _, err := only.Get(ctx, "k"); return err }},
+	} {
+		start := time.Now()
+		err := op.do()
+		d := time.Since(start)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Code != 503 || e.Reason != api.ReasonNoLeader {
+			t.Fatalf("%s on the isolated node: %v, want 503 NoLeader", op.name, err)
+		}
+		if d > 2500*time.Millisecond {
+			t.Errorf("%s on the isolated node took %v, want well under the 5s client timeout", op.name, d)
+		}
+		t.Logf("%s on the isolated node: 503 %s after %v: %s", op.name, e.Reason, d.Round(time.Millisecond), e.Message)
+	}
+
+	// A client of every node skips the isolated one at once.
+	var addrs []string
+	for _, i := range []int{cut, (cut + 1) % size, (cut + 2) % size} {
+		addrs = append(addrs, c.agents[i].HTTPAddr())
+	}
+	all, err := client.New(addrs, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := all.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatalf("put through a client of every node: %v", err)
+	}
+	t.Logf("put through a client of every node, isolated one first: %v", time.Since(start).Round(time.Millisecond))
+}

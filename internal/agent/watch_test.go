@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
+)
+
+// The node a Go client watches is stopped mid-stream: the client resumes on another
+// node from the first revision it had not delivered, and the events it delivers are
+// exactly the writes, in order, with no gap and no duplicate.
+func TestClusterWatchResumesOnAnotherNode(t *testing.T) {
+	c := newTestCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	lead := c.leader()
+	watched := (lead + 1) % 3 // a follower: writes go on while it is down
+	other := 3 - lead - watched
+	addrs := []string{c.agents[watched].HTTPAddr(), c.agents[lead].HTTPAddr(), c.agents[other].HTTPAddr()}
+	wc, err := client.New(addrs, client.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := client.New([]string{c.agents[lead].HTTPAddr(), c.agents[other].HTTPAddr()}, client.Options{MaxRetries: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := writer.Put(ctx, "w/start", []byte("-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	events := wc.Watch(wctx, "w/", client.WatchOptions{StartRevision: first, PrevKV: true, Progress: 200 * time.Millisecond})
+
+	const n = 400
+	revs := map[int64]string{first: "-1"}
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			rev, err := writer.Put(ctx, fmt.Sprintf("w/%02d", i%20), []byte(strconv.Itoa(i)))
+			if err != nil {
+				done <- err
+				return
+			}
+			revs[rev] = strconv.Itoa(i)
+			if i == n/3 {
+				c.stop(watched) // mid-stream
+			}
+			if i%50 == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		done <- nil
+	}()
+	var got []client.WatchEvent
+	var writeErr error
+	writerDone := false
+	for len(got) < n+1 {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("watch closed after %d events", len(got))
+			}
+			if ev.Err != nil {
+				t.Fatalf("watch ended after %d events: %v", len(got), ev.Err)
+			}
+			if ev.Type == api.EventProgress {
+				continue
+			}
+			got = append(got, ev)
+		case writeErr = <-done:
+			writerDone = true
+			if writeErr != nil {
+				t.Fatalf("writer: %v", writeErr)
+			}
+			done = nil
+		}
+	}
+	if !writerDone {
+		if err := <-done; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+	}
+	for i, ev := range got {
+		if i > 0 && ev.Revision != got[i-1].Revision+1 {
+			t.Fatalf("#%d: revision %d after %d: a gap or a duplicate", i, ev.Revision, got[i-1].Revision)
+		}
+		if want, ok := revs[ev.Revision]; !ok || string(ev.KV.Value) != want || ev.Type != api.EventPut {
+			t.Fatalf("#%d: %s %s=%q at %d, want value %q", i, ev.Type, ev.KV.Key, ev.KV.Value, ev.Revision, want)
+		}
+	}
+	if got[0].Revision != first {
+		t.Fatalf("first event at %d, want %d", got[0].Revision, first)
+	}
+}

@@ -1,0 +1,77 @@
+package api
+
+// Operator routes of one node, served by the agent next to the kv API:
+//
+//	GET    /v1/agent/members           → MembersResponse: raft configuration joined with gossip
+//	DELETE /v1/agent/peers/{id}        → RemovePeerResponse: remove a server from the raft configuration
+//	POST   /v1/agent/transfer-leader   body = TransferLeaderRequest → TransferLeaderResponse
+//	POST   /v1/agent/leave             → LeaveResponse; the node leaves the cluster and stops
+//	GET    /v1/agent/snapshot          → the state machine's snapshot (application/octet-stream)
+//	POST   /v1/agent/snapshot          body = a saved snapshot → SnapshotRestoreResponse (leader only)
+//	PUT    /v1/agent/schema            body = schema YAML (?file=NAME&force=true) → the change applied
+//	GET    /v1/versions                → the storage-version report (package versions' Report)
+//	GET    /livez                      → {"status":"ok"} while the process serves
+//	GET    /metrics                    → Prometheus text format
+const (
+	PathAgentMembers        = "/v1/agent/members"
+	PathAgentPeers          = "/v1/agent/peers/" // the server ID follows
+	PathAgentTransferLeader = "/v1/agent/transfer-leader"
+	PathAgentLeave          = "/v1/agent/leave"
+	PathAgentSnapshot       = "/v1/agent/snapshot"
+	PathAgentSchema         = "/v1/agent/schema"
+	PathVersions            = "/v1/versions"
+	PathLive                = "/livez"
+	PathMetrics             = "/metrics"
+)
+
+// MemberInfo is one server of the cluster as GET /v1/agent/members reports it (one row
+// of `keel members`).
+type MemberInfo struct {
+	ID          string `json:"id"`
+	RaftAddr    string `json:"raft_addr,omitempty"`
+	HTTPAddr    string `json:"http_addr,omitempty"`
+	GossipAddr  string `json:"gossip_addr,omitempty"`
+	Gossip      string `json:"gossip"`   // alive, dead, left, or none (no gossip)
+	Suffrage    string `json:"suffrage"` // Voter, Nonvoter, or none (not in the raft configuration)
+	Leader      bool   `json:"leader"`
+	Release     string `json:"release,omitempty"`
+	AppliedIdx  uint64 `json:"applied_index,omitempty"`
+	TrailingBy  uint64 `json:"trailing_by"`
+	LastContact string `json:"last_contact,omitempty"`
+}
+
+// MembersResponse is the answer to GET /v1/agent/members.
+type MembersResponse struct {
+	Members []MemberInfo `json:"members"`
+}
+
+// RemovePeerResponse is the answer to DELETE /v1/agent/peers/{id}.
+type RemovePeerResponse struct {
+	Removed string `json:"removed"`
+}
+
+// TransferLeaderRequest is the body of POST /v1/agent/transfer-leader; an empty ID
+// lets the leader pick the most up-to-date voter.
+type TransferLeaderRequest struct {
+	ID string `json:"id"`
+}
+
+// TransferLeaderResponse is the answer to POST /v1/agent/transfer-leader.
+type TransferLeaderResponse struct {
+	Transferred bool   `json:"transferred"`
+	To          string `json:"to"`
+}
+
+// LeaveResponse is the answer to POST /v1/agent/leave.
+type LeaveResponse struct {
+	NodeID string `json:"node_id"`
+	Left   bool   `json:"left"`
+}
+
+// SnapshotRestoreResponse is the answer to POST /v1/agent/snapshot.
+type SnapshotRestoreResponse struct {
+	Restored string `json:"restored"` // "N bytes"
+}
+
+// ContentTypeSnapshot is the media type of a snapshot body.
+const ContentTypeSnapshot = "application/octet-stream"

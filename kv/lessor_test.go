@@ -1,0 +1,127 @@
+package kv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/raft"
+)
+
+// lessorStore is a LocalStore that leads and serves leader calls itself.
+type lessorStore struct {
+	*kvtest.LocalStore
+	h raft.LeaderHandler
+}
+
+func (s *lessorStore) CallLeader(ctx context.Context, body []byte) ([]byte, error) {
+	return s.h(ctx, body)
+}
+func (s *lessorStore) SetLeaderHandler(h raft.LeaderHandler) { s.h = h }
+func (s *lessorStore) ApplyLeader(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
+	return s.Apply(ctx, cmd)
+}
+
+func newLessorFixture(t *testing.T) (*lessorStore, *lessor) {
+	t.Helper()
+	st := &lessorStore{LocalStore: kvtest.New()}
+	l := newLessor(st, hclog.NewNullLogger())
+	st.SetLeaderHandler(l.handleLeaderCall)
+	return st, l
+}
+
+func mustApplyCmd(t *testing.T, s Store, cmd *fsm.Command) *fsm.Result {
+	t.Helper()
+	res, err := s.Apply(context.Background(), cmd)
+	if err != nil || res.Err != nil {
+		t.Fatalf("apply %+v: %v %v", cmd, err, res)
+	}
+	return res
+}
+
+// A new leader starts a lease's deadline from its checkpointed remaining time, counted
+// from when this node saw the checkpoint — never from the full TTL — and expires it
+// then, deleting its keys at one revision; not a moment before.
+func TestLessorTakeOverStartsFromCheckpoint(t *testing.T) {
+	st, l := newLessorFixture(t)
+	ctx := context.Background()
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: 7, LeaseTTL: 10000})
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{
+		{Type: fsm.OpPut, Key: []byte("a"), Lease: 7}, {Type: fsm.OpPut, Key: []byte("b"), Lease: 7}}}})
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseCheckpoint, Checkpoints: []fsm.LeaseCheckpoint{{ID: 7, Remaining: 2000}}})
+	// This node (a follower then) saw the checkpoint 1.5 s ago.
+	seen := time.Now().Add(-1500 * time.Millisecond)
+	l.observe(st.FSM().View(), seen)
+	if !l.takeOver(ctx, 1) {
+		t.Fatal("takeOver failed")
+	}
+	if d := l.mu.deadlines[7]; !d.Equal(seen.Add(2 * time.Second)) {
+		t.Fatalf("deadline = seen + %v, want seen + 2s (not the full TTL)", d.Sub(seen))
+	}
+	l.expire(ctx) // 0.5 s left: not yet
+	if _, ok := st.FSM().View().Lease(7); !ok {
+		t.Fatal("lease expired before its deadline")
+	}
+	time.Sleep(time.Until(seen.Add(2 * time.Second)))
+	rev := st.FSM().View().Revision()
+	l.expire(ctx)
+	v := st.FSM().View()
+	if _, ok := v.Lease(7); ok {
+		t.Fatal("lease not expired at its deadline")
+	}
+	if v.Revision() != rev+1 {
+		t.Fatalf("expiry wrote revisions %d..%d, want one", rev+1, v.Revision())
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, err := v.Get([]byte(k), 0); err == nil {
+			t.Fatalf("key %s survived its lease", k)
+		}
+	}
+}
+
+// Keepalives: the first one after a takeover writes one renewal entry and promises the
+// full TTL; the next, while that promise is more than TTL/2 away, writes nothing and
+// promises what is replicated. The periodic checkpoint carries the moved deadline.
+func TestLessorKeepAlive(t *testing.T) {
+	st, l := newLessorFixture(t)
+	ctx := context.Background()
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: 7, LeaseTTL: 10000})
+	if !l.takeOver(ctx, 1) {
+		t.Fatal("takeOver failed")
+	}
+	idx := st.FSM().AppliedIndex()
+	left, err := callLeader(ctx, st, leaderCallKeepAlive, 7)
+	if err != nil || left < 9*time.Second || left > 10*time.Second {
+		t.Fatalf("first keepalive: %v, %v", left, err)
+	}
+	if got := st.FSM().AppliedIndex(); got != idx+1 {
+		t.Fatalf("first keepalive wrote %d entries, want 1", got-idx)
+	}
+	if ls, _ := st.FSM().View().Lease(7); ls.Remaining < 9900 {
+		t.Fatalf("renewal wrote remaining %d ms", ls.Remaining)
+	}
+	left, err = callLeader(ctx, st, leaderCallKeepAlive, 7)
+	if err != nil || left < 5*time.Second {
+		t.Fatalf("second keepalive: %v, %v", left, err)
+	}
+	if got := st.FSM().AppliedIndex(); got != idx+1 {
+		t.Fatal("second keepalive wrote an entry")
+	}
+	if !l.checkpoint(ctx) || st.FSM().AppliedIndex() != idx+2 {
+		t.Fatal("checkpoint of the moved deadline not written")
+	}
+	if l.checkpoint(ctx); st.FSM().AppliedIndex() != idx+2 {
+		t.Fatal("a checkpoint with nothing moved wrote an entry")
+	}
+	if _, err := callLeader(ctx, st, leaderCallKeepAlive, 99); err == nil {
+		t.Fatal("keepalive of an unknown lease succeeded")
+	}
+	l.abdicate()
+	if _, err := l.keepAlive(ctx, 7); err != raft.ErrNotLeader {
+		t.Fatalf("keepalive on a follower: %v", err)
+	}
+}

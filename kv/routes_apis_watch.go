@@ -1,0 +1,265 @@
+package kv
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// Types of a typed watch event (Kubernetes' watch.EventType).
+const (
+	typedAdded    = "ADDED"
+	typedModified = "MODIFIED"
+	typedDeleted  = "DELETED"
+	typedBookmark = "BOOKMARK"
+	typedError    = "ERROR"
+)
+
+// typedBookmarkInterval is the default interval of BOOKMARK events when the watch
+// asks for them (allowWatchBookmarks=true) without ?progress=.
+const typedBookmarkInterval = 5 * time.Second
+
+// typedEvent is one line of a typed watch, in the shape Kubernetes informers read:
+//
+//	{"type":"ADDED","object":{"apiVersion":"apps/v1","metadata":{"name":"w1","revision":7},...}}
+//	{"type":"DELETED","object":{...the object as it was, "metadata":{...,"revision":9}}}
+//	{"type":"BOOKMARK","object":{"apiVersion":"apps/v1","metadata":{"revision":12}}}
+//	{"type":"ERROR","object":{"kind":"Status","code":422,"reason":"Undecodable","details":{"name":"w2","revision":8},...}}
+type typedEvent struct {
+	Type   string `json:"type"`
+	Object any    `json:"object"`
+}
+
+// typedStatus is an ERROR event's object, after Kubernetes' metav1.Status.
+type typedStatus struct {
+	Kind    string        `json:"kind"`
+	Status  string        `json:"status"`
+	Code    int           `json:"code"`
+	Reason  string        `json:"reason"`
+	Message string        `json:"message"`
+	Details typedStatusOf `json:"details"`
+}
+
+// typedStatusOf says what an ERROR event is about: one object (Name, at Revision),
+// or, for the event that ends the stream, the last revision whose events were all
+// sent (resume with resourceVersion=Revision).
+type typedStatusOf struct {
+	Group    string `json:"group"`
+	Kind     string `json:"kind"`
+	Name     string `json:"name,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
+}
+
+// typedWatchReq is a validated typed watch request.
+type typedWatchReq struct {
+	fromRev   int64 // resourceVersion; 0 = the current state as ADDED events first
+	bookmarks time.Duration
+	cons      fsm.Consistency
+}
+
+func parseTypedWatch(r *http.Request) (typedWatchReq, error) {
+	var q typedWatchReq
+	p, err := parseParams(r, "watch", "resourceVersion", "allowWatchBookmarks", api.ParamProgress, api.ParamConsistency)
+	if err != nil {
+		return q, err
+	}
+	if q.fromRev, err = p.int64("resourceVersion", 0, 0); err != nil {
+		return q, err
+	}
+	bookmarks, err := p.bool("allowWatchBookmarks")
+	if err != nil {
+		return q, err
+	}
+	if bookmarks {
+		q.bookmarks = typedBookmarkInterval
+		if v := p.q.Get(api.ParamProgress); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < minWatchProgress || d > maxWatchProgress {
+				return q, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
+					ErrInvalidParam, api.ParamProgress, v, minWatchProgress, maxWatchProgress)
+			}
+			q.bookmarks = d
+		}
+	}
+	if q.cons, err = p.consistency(); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// handleObjectWatch serves GET /apis/{group}/{version}/{resource}?watch=true: the
+// resource's changes as typed events, each object converted to the requested version
+// as a GET would show it. With resourceVersion=R the events after R (from R+1, replayed
+// from history when R is in the past; 410 when R+1 is compacted); without it (or 0) the
+// objects that exist now as ADDED events, then the changes after them. An object that
+// cannot be presented in the version (stored in a version this node cannot decode,
+// garbled) is an ERROR event naming it; the stream goes on. A watch the server ends
+// (slow reader, snapshot installed) ends with an ERROR event whose details.revision is
+// where to resume.
+func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q resourceReq) error {
+	tq, err := parseTypedWatch(r)
+	if err != nil {
+		return err
+	}
+	if err := q.res.ReadCheck(q.r.Key()); err != nil {
+		return err
+	}
+	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
+		s.watches.Add(-1)
+		return fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
+	}
+	defer s.watches.Add(-1)
+	ctx, cancel := s.requestContext(r)
+	view, err := s.store.View(ctx, tq.cons)
+	cancel()
+	if err != nil {
+		return err
+	}
+	prefix := []byte(q.r.Prefix)
+	opts := fsm.WatchOptions{Key: prefix, End: fsm.PrefixEnd(prefix), StartRevision: tq.fromRev + 1,
+		Buffer: s.cfg.WatchBuffer}
+	var initial []fsm.KeyValue
+	if tq.fromRev == 0 {
+		opts.StartRevision = view.Revision() + 1
+		if initial, _, err = view.Range(opts.Key, opts.End, 0, 0); err != nil {
+			return err
+		}
+	}
+	watcher, err := s.store.Watch(opts)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", q.r.Key(), err)
+	}
+	defer watcher.Close()
+
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{}) // else ReadTimeout ends the watch's context
+	w.Header().Set("Content-Type", api.ContentTypeWatch)
+	w.Header().Set(api.HeaderRevision, strconv.FormatInt(view.Revision(), 10))
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	ws := &typedWatchStream{watchStream: &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096),
+		writeTimeout: s.cfg.WriteTimeout}, q: q}
+	ws.enc = json.NewEncoder(ws.bw)
+	enc := q.readEncoding()
+	for _, kv := range initial {
+		if err := ws.object(typedAdded, kv, enc); err != nil {
+			return nil
+		}
+	}
+	if err := ws.flush(); err != nil {
+		return nil
+	}
+	s.streamWatch(r.Context(), watcher, ws, tq.bookmarks)
+	return nil
+}
+
+// typedWatchStream writes typedEvent lines.
+type typedWatchStream struct {
+	*watchStream
+	q resourceReq
+}
+
+var _ watchWriter = (*typedWatchStream)(nil)
+
+func (ws *typedWatchStream) events(groups []*fsm.RevisionEvents) error {
+	enc := ws.q.readEncoding()
+	for _, g := range groups {
+		for i := range g.Events {
+			ev := &g.Events[i]
+			var err error
+			switch {
+			case ev.Type == fsm.EventDelete:
+				err = ws.deleted(ev, enc)
+			case ev.KV.CreateRevision == ev.KV.ModRevision:
+				err = ws.object(typedAdded, ev.KV, enc)
+			default:
+				err = ws.object(typedModified, ev.KV, enc)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return ws.flush()
+}
+
+// object writes kv as an event of type typ, or an ERROR event naming it when it
+// cannot be presented in the watch's version. It does not flush.
+func (ws *typedWatchStream) object(typ string, kv fsm.KeyValue, enc string) error {
+	obj, err := present(ws.q, kv, enc)
+	if err != nil {
+		return ws.errorEvent(err, string(bytes.TrimPrefix(kv.Key, []byte(ws.q.r.Prefix))), kv.ModRevision)
+	}
+	return ws.enc.Encode(typedEvent{Type: typ, Object: obj})
+}
+
+// deleted writes a DELETED event: the object as it was before the delete, with the
+// delete's revision (only its name when its last version is unknown).
+func (ws *typedWatchStream) deleted(ev *fsm.Event, enc string) error {
+	name := string(bytes.TrimPrefix(ev.KV.Key, []byte(ws.q.r.Prefix)))
+	obj := map[string]any{"apiVersion": ws.q.apiVersion(), "metadata": map[string]any{"name": name}}
+	if ev.PrevKV != nil {
+		var err error
+		if obj, err = present(ws.q, *ev.PrevKV, enc); err != nil {
+			return ws.errorEvent(err, name, ev.KV.ModRevision)
+		}
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		obj["metadata"] = meta
+	}
+	meta["revision"] = ev.KV.ModRevision
+	return ws.enc.Encode(typedEvent{Type: typedDeleted, Object: obj})
+}
+
+// errorEvent writes an ERROR event for the object name at rev. It does not flush.
+func (ws *typedWatchStream) errorEvent(err error, name string, rev int64) error {
+	e := errorBody(err, false)
+	return ws.enc.Encode(typedEvent{Type: typedError, Object: typedStatus{Kind: "Status", Status: "Failure",
+		Code: e.Code, Reason: e.Reason, Message: e.Message,
+		Details: typedStatusOf{Group: ws.q.r.Group, Kind: ws.q.r.Name, Name: name, Revision: rev}}})
+}
+
+func (ws *typedWatchStream) progress(rev int64) error {
+	return ws.line(typedEvent{Type: typedBookmark, Object: map[string]any{
+		"apiVersion": ws.q.apiVersion(), "metadata": map[string]any{"revision": rev}}})
+}
+
+func (ws *typedWatchStream) line(ev typedEvent) error {
+	if err := ws.enc.Encode(&ev); err != nil {
+		return err
+	}
+	return ws.flush()
+}
+
+// end writes the ERROR event of a watch the server ended: 410 Expired when the
+// start was compacted (list again), otherwise resume from details.revision.
+func (ws *typedWatchStream) end(err error) {
+	l := endLine(err)
+	code := http.StatusInternalServerError
+	switch l.Reason {
+	case api.ReasonResourceExpired:
+		code = http.StatusGone
+	case api.ReasonSlowWatcher:
+		code = http.StatusTooManyRequests
+	case api.ReasonRestored:
+		code = http.StatusServiceUnavailable
+	}
+	var werr *fsm.WatchError
+	rev := int64(0)
+	if errors.As(err, &werr) {
+		rev = werr.LastRevision
+	}
+	ws.line(typedEvent{Type: typedError, Object: typedStatus{Kind: "Status", Status: "Failure",
+		Code: code, Reason: l.Reason, Message: l.Message,
+		Details: typedStatusOf{Group: ws.q.r.Group, Kind: ws.q.r.Name, Revision: rev}}})
+}

@@ -1,0 +1,219 @@
+package kv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
+)
+
+// leaseRoutes registers /v1/leases (see api.PathLeases).
+func (s *Server) leaseRoutes() {
+	s.route(api.PathLeases, map[string]handlerFunc{
+		http.MethodPost: s.handleLeaseGrant,
+		http.MethodGet:  s.handleLeaseList,
+	})
+	s.route(api.PathLeases+"/{id}", map[string]handlerFunc{
+		http.MethodGet:    s.handleLeaseGet,
+		http.MethodDelete: s.handleLeaseRevoke,
+	})
+	s.route(api.PathLeases+"/{id}/keepalive", map[string]handlerFunc{http.MethodPost: s.handleLeaseKeepAlive})
+}
+
+// leaseID parses the {id} path value.
+func leaseID(r *http.Request) (int64, error) {
+	v := r.PathValue("id")
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id < 1 || id > api.MaxLeaseID {
+		return 0, fmt.Errorf("%w: lease ID %q must be an integer in [1, %d]", ErrInvalidParam, v, int64(api.MaxLeaseID))
+	}
+	return id, nil
+}
+
+// leaseFormatError explains a command refused by the format gate in a mixed-release
+// cluster (only leases need format 3 today).
+func leaseFormatError(err error) error {
+	if errors.Is(err, raft.ErrFormatNotAgreed) {
+		return fmt.Errorf("leases need Raft command format %d, which some voter (a node of an older release) "+
+			"cannot apply; finish the upgrade first: %w", fsm.CommandFormatV3, err)
+	}
+	return err
+}
+
+// handleLeaseGrant serves POST /v1/leases.
+func (s *Server) handleLeaseGrant(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseParams(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, s.cfg.MaxTxnBodyBytes, "lease grant body")
+	if err != nil {
+		return err
+	}
+	var req api.LeaseGrantRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return fmt.Errorf("lease grant: %w", err)
+	}
+	if req.TTL < api.MinLeaseTTL || req.TTL > api.MaxLeaseTTL {
+		return fmt.Errorf("lease grant: %w: ttl %d s outside [%d, %d] s", ErrInvalidBody, req.TTL, api.MinLeaseTTL, api.MaxLeaseTTL)
+	}
+	if req.ID < 0 || req.ID > api.MaxLeaseID {
+		return fmt.Errorf("lease grant: %w: id %d outside [1, %d]", ErrInvalidBody, req.ID, int64(api.MaxLeaseID))
+	}
+	id := req.ID
+	if id == 0 {
+		id = newLeaseID()
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	_, err = s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: id, LeaseTTL: req.TTL * 1000})
+	if errors.Is(err, fsm.ErrLeaseExists) {
+		return fmt.Errorf("lease grant: %w: lease %d exists", ErrConflict, id)
+	}
+	if err != nil {
+		return fmt.Errorf("lease grant: %w", err)
+	}
+	writeJSON(w, http.StatusOK, api.LeaseGrantResponse{ID: id, TTL: req.TTL})
+	return nil
+}
+
+// leaseIDParam checks a lease route's query parameters and parses its {id}.
+func leaseIDParam(r *http.Request) (int64, error) {
+	if _, err := parseParams(r); err != nil {
+		return 0, err
+	}
+	return leaseID(r)
+}
+
+// newLeaseID is a random ID in [1, MaxLeaseID].
+func newLeaseID() int64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:])%api.MaxLeaseID) + 1
+}
+
+// handleLeaseRevoke serves DELETE /v1/leases/{id}.
+func (s *Server) handleLeaseRevoke(w http.ResponseWriter, r *http.Request) error {
+	id, err := leaseIDParam(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseRevoke, LeaseIDs: []int64{id}})
+	if err != nil {
+		return fmt.Errorf("lease revoke: %w", err)
+	}
+	if !res.Succeeded {
+		return fmt.Errorf("lease revoke: lease %d: %w", id, fsm.ErrLeaseNotFound)
+	}
+	resp := api.LeaseRevokeResponse{Revision: res.Revision}
+	if len(res.Responses) > 0 {
+		resp.Deleted = res.Responses[0].Deleted
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// leaderCaller returns the store's leader calls, or a 503 if it has none.
+func (s *Server) leaderCaller() (LeaderCaller, error) {
+	lc, ok := s.store.(LeaderCaller)
+	if !ok {
+		return nil, fmt.Errorf("%w: this store serves no lease keepalives", ErrNotReady)
+	}
+	return lc, nil
+}
+
+// handleLeaseKeepAlive serves POST /v1/leases/{id}/keepalive; the leader answers.
+func (s *Server) handleLeaseKeepAlive(w http.ResponseWriter, r *http.Request) error {
+	id, err := leaseIDParam(r)
+	if err != nil {
+		return err
+	}
+	lc, err := s.leaderCaller()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	left, err := callLeader(ctx, lc, leaderCallKeepAlive, id)
+	if err != nil {
+		return fmt.Errorf("lease keepalive: %w", err)
+	}
+	writeJSON(w, http.StatusOK, api.LeaseKeepAliveResponse{ID: id, TTL: int64(left / time.Second), TTLMillis: left.Milliseconds()})
+	return nil
+}
+
+// handleLeaseGet serves GET /v1/leases/{id}: the lease from a linearizable view, its
+// time left from the leader.
+func (s *Server) handleLeaseGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := leaseIDParam(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	v, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return err
+	}
+	l, ok := v.Lease(id)
+	if !ok {
+		return fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
+	}
+	lc, err := s.leaderCaller()
+	if err != nil {
+		return err
+	}
+	left, err := s.leaseRemaining(ctx, lc, id)
+	if err != nil {
+		return err
+	}
+	resp := api.LeaseResponse{ID: id, GrantedTTL: l.TTL / 1000, TTL: int64(left / time.Second),
+		TTLMillis: left.Milliseconds(), Keys: []string{}, Revision: v.Revision()}
+	for _, k := range v.LeaseKeys(id, s.lim.maxListLimit) {
+		resp.Keys = append(resp.Keys, string(k))
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// leaseRemaining asks the leader how long lease id has left.
+func (s *Server) leaseRemaining(ctx context.Context, lc LeaderCaller, id int64) (time.Duration, error) {
+	left, err := callLeader(ctx, lc, leaderCallRemaining, id)
+	if err != nil {
+		return 0, fmt.Errorf("lease %d: time left: %w", id, err)
+	}
+	return left, nil
+}
+
+// handleLeaseList serves GET /v1/leases.
+func (s *Server) handleLeaseList(w http.ResponseWriter, r *http.Request) error {
+	p, err := parseParams(r, api.ParamConsistency)
+	if err != nil {
+		return err
+	}
+	cons, err := p.consistency()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	v, err := s.viewAt(ctx, cons, 0)
+	if err != nil {
+		return err
+	}
+	resp := api.LeaseListResponse{Leases: []api.LeaseInfo{}, Revision: v.Revision()}
+	for _, l := range v.Leases() {
+		resp.Leases = append(resp.Leases, api.LeaseInfo{ID: l.ID, GrantedTTL: l.TTL / 1000})
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}

@@ -1,0 +1,108 @@
+package raft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+)
+
+// Leader contact decides how long a request waits for a leader. A node has leader
+// contact while it leads, or while it follows a leader it has heard from within
+// HeartbeatTimeout. Without contact the node is cut off (a partition, a dead leader, an
+// election under way): a request that finds it so waits at most LeaderWait for contact
+// to come back and then fails with ErrNoLeader, rather than retrying until
+// ApplyTimeout; and losing contact interrupts the requests this node has forwarded to
+// the leader and is still waiting on.
+//
+// A leader cut off from a quorum is covered by hashicorp/raft's leader lease: once it
+// has not heard from a quorum for LeaderLeaseTimeout it steps down and forgets itself
+// as leader, its writes in flight fail (outcome unknown: ErrTimeout), and from then on
+// it is a follower with no contact.
+//
+// With the defaults (HeartbeatTimeout 1s, LeaderLeaseTimeout 500ms, LeaderWait 500ms)
+// an isolated node refuses a request within LeaderWait of its arrival once the first
+// second of the partition has passed.
+
+// contact tracks leader contact for the requests in flight.
+type contact struct {
+	mu     sync.Mutex
+	ctx    context.Context // live while the node has contact; cancelled when it loses it
+	cancel context.CancelCauseFunc
+}
+
+// leaderContact returns the address to forward to, "" when this node leads, or an
+// ErrNoLeader saying why the node has no leader contact.
+func (n *Node) leaderContact() (string, error) {
+	if n.raft.State() == hraft.Leader {
+		return "", nil
+	}
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" || string(addr) == n.addr {
+		return "", fmt.Errorf("%w: this node knows no leader", ErrNoLeader)
+	}
+	last := n.raft.LastContact()
+	if last.IsZero() {
+		return "", fmt.Errorf("%w: never heard from leader %s", ErrNoLeader, addr)
+	}
+	if since := time.Since(last); since > n.cfg.HeartbeatTimeout {
+		return "", fmt.Errorf("%w: no word from leader %s for %s (heartbeat timeout %s)",
+			ErrNoLeader, addr, since.Round(time.Millisecond), n.cfg.HeartbeatTimeout)
+	}
+	return string(addr), nil
+}
+
+// contactContext checks leader contact now and returns a context that is cancelled,
+// with an ErrNoLeader cause, as soon as the node loses it.
+func (n *Node) contactContext() context.Context {
+	_, err := n.leaderContact()
+	n.contact.mu.Lock()
+	defer n.contact.mu.Unlock()
+	c := &n.contact
+	switch {
+	case err != nil && c.ctx != nil && c.ctx.Err() == nil:
+		c.cancel(err)
+	case err == nil && (c.ctx == nil || c.ctx.Err() != nil):
+		c.ctx, c.cancel = context.WithCancelCause(n.ctx)
+	}
+	if c.ctx == nil { // no contact since Open
+		c.ctx, c.cancel = context.WithCancelCause(n.ctx)
+		c.cancel(err)
+	}
+	return c.ctx
+}
+
+// contactLoop notices a lost leader contact within a tenth of HeartbeatTimeout, so
+// that forwarded requests waiting on a leader that went silent end promptly.
+func (n *Node) contactLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(min(max(n.cfg.HeartbeatTimeout/10, 10*time.Millisecond), 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+			n.contactContext()
+		}
+	}
+}
+
+// forward sends one request to the leader at addr, interrupted when this node loses
+// leader contact (or ctx ends) before the answer comes.
+func (n *Node) forward(ctx context.Context, addr string, kind byte, body []byte) ([]byte, error) {
+	cc := n.contactContext()
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(cc, func() { cancel(context.Cause(cc)) })
+	defer stop()
+	return n.pool.call(fctx, addr, kind, body)
+}
+
+// giveUp says whether a request that started at start and just failed with last
+// should stop retrying: it has no leader contact and has waited LeaderWait for it.
+func (n *Node) giveUp(start time.Time, last error) bool {
+	return isNoLeader(last) && time.Since(start) >= n.cfg.LeaderWait
+}

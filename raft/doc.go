@@ -1,0 +1,51 @@
+// Package raft replicates keel's state machine (package fsm) with hashicorp/raft. It
+// gives the rest of keel writes from any node, linearizable and serializable reads,
+// joins, membership changes and leadership transfer — replication only: it does not
+// pace compaction (fsm.Compactor) nor mint the cluster secret (the agent does).
+//
+// # Design
+//
+// What it owns. One Node per process: hashicorp/raft over the log in keel's own WAL
+// (raft/wal: one fdatasync per batch), the stable store (term, vote) in raft-boltdb,
+// file snapshots of the fsm.Store, and one TCP port that carries both Raft's transport
+// and keel's RPC (forwarded writes, read indexes, joins, membership changes), told apart
+// by the first byte of a connection (mux.go). The files follow the concepts:
+// node.go (Open, Close), apply.go (writes), read.go (read index), leadership.go,
+// members.go, contact.go (leader contact), rpc.go, bootstrap.go, snapshot.go,
+// leadercall.go (CallLeader: an opaque request served by the leader, as kv's lease
+// keepalives are; ApplyLeader: a write that is never forwarded).
+//
+// Invariants.
+//   - A write is applied at most once. Apply retries only errors that prove the command
+//     never reached the log (ErrNoLeader, ErrNotLeader, a connection that failed before
+//     the request was sent); anything else whose outcome is unknown is ErrTimeout.
+//   - A forwarded write is applied on the leader it reached, never forwarded again.
+//   - A linearizable read sees every write acknowledged before it began: the leader
+//     serves a read index only after its term's barrier has applied (leaderState.ready)
+//     and after a heartbeat round that began after it took its commit index; the
+//     reading node waits until its store has applied that index.
+//   - The leader never proposes a command format some voter cannot apply
+//     (SetCommandFormatLimit, ErrFormatNotAgreed).
+//   - A log store that fails to sync stops the node (logStoreFailed): nothing is
+//     acknowledged after a write that may not be on disk.
+//   - Open unwinds a partial start through shutdown, the path Close takes.
+//
+// Threads. hashicorp/raft's own goroutines, its FSM goroutine among them, which alone
+// calls fsmAdapter.ApplyBatch and Restore. Node runs leaderLoop (follows leadership
+// and runs each term's barrier), membersLoop (refreshes the member list), contactLoop
+// (tracks leader contact), joinLoop (until joined) and the RPC server's connections;
+// all end in Close, which waits for them. Apply and View are safe for concurrent use
+// and block at most ApplyTimeout.
+//
+// A worked example: a write of key "a" sent to follower n2 of a cluster led by n1.
+//
+//	n2.Apply(put a=1)    encodes the command; leaderContact says n1 leads
+//	n2 → n1 rpcApply     the encoded command over keel's RPC port
+//	n1.applyLocal        checks the format limit, raft.Apply: n1 appends to its WAL,
+//	                     replicates, commits at index 41; its FSM goroutine applies
+//	                     41 in fsm.Store (revision 17) and returns *fsm.Result
+//	n1 → n2              the result, encoded (fsm.EncodeResult); on n1 itself the
+//	                     result would have been returned as it is, with no encoding
+//	n2                   decodes it: revision 17. A linearizable read on n2 now asks
+//	                     n1 for a read index (≥ 41) and waits until n2 applied it.
+package raft
