@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ var totals struct {
 	sync.Mutex
 	expected, runs, failed, ops, keyOps, unknown, faults, steps int
 	skipped                                                     []string
+	failures                                                    []string // why each failed run failed, repeated at the end
 	elapsed                                                     time.Duration
 }
 
@@ -42,6 +44,10 @@ func TestMain(m *testing.M) {
 	fmt.Printf("chaos: runs done=%d expected=%d strict=%t\n", totals.runs, totals.expected, strict)
 	for _, s := range totals.skipped {
 		fmt.Printf("chaos: SKIPPED %s\n", s)
+	}
+	// CI keeps only the tail of a long log: repeat why each failed run failed here.
+	for _, f := range totals.failures {
+		fmt.Printf("chaos: FAILED %s\n", f)
 	}
 	if totals.runs != totals.expected {
 		fmt.Printf("chaos: %d of %d expected runs did not run to a verdict\n", totals.expected-totals.runs, totals.expected)
@@ -147,6 +153,11 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 	totals.elapsed += res.Elapsed
 	if !res.OK() {
 		totals.failed++
+		why := append(append([]string(nil), res.Report.Violations...), res.Problems...)
+		if len(why) > 5 {
+			why = append(why[:5], fmt.Sprintf("... and %d more", len(why)-5))
+		}
+		totals.failures = append(totals.failures, fmt.Sprintf("%s (seed %d): %s", t.Name(), seed, strings.Join(why, "; ")))
 	}
 	totals.Unlock()
 	t.Log(res.Summary())
