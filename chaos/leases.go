@@ -166,11 +166,10 @@ func StartLeases(ctx context.Context, c Cluster, h *History, d time.Duration, lo
 		return client.New(list, client.Options{MaxRetries: 2, MinBackoff: 20 * time.Millisecond,
 			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}})
 	}
-	// The kept-alive lease's client bounds each request (it sends no streams): KeepAlive
-	// gives one attempt all the time its last answer guaranteed, and a leader cut off
-	// from its peers holds a keepalive until then (it answers only once its renewal is
-	// committed), so without a bound one isolated leader costs the lease.
-	cl, err := newClient(0, func(next http.RoundTripper) http.RoundTripper { return kaRecorder{next: next, l: l} }, 1500*time.Millisecond)
+	// The kept-alive lease's client sets no request timeout of its own: KeepAlive must
+	// get past a node that holds its request (a leader cut off from its peers answers
+	// only once the renewal commits or it steps down) by itself.
+	cl, err := newClient(0, func(next http.RoundTripper) http.RoundTripper { return kaRecorder{next: next, l: l} }, 0)
 	if err == nil {
 		err = l.setup(ctx, cl)
 	}

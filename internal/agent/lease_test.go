@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -249,4 +251,60 @@ func TestLeasesRefusedUntilEveryVoterAppliesFormat3(t *testing.T) {
 	if ls, err := cl.Leases(ctx); err != nil || len(ls) != 0 {
 		t.Fatalf("leases = %v, %v", ls, err)
 	}
+}
+
+// A node that accepts a keepalive and never answers (a leader cut off from its peers
+// holds it until it steps down) costs one attempt, not the lease: the attempt gives up
+// after half the time left and the next goes to another node, which stays the node
+// tried first.
+func TestClusterKeepAliveSurvivesANodeThatNeverAnswers(t *testing.T) {
+	c := newTestCluster(t, 1)
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	var held sync.WaitGroup
+	defer held.Wait()
+	go func() {
+		for {
+			conn, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			held.Add(1)
+			go func() { // read the request, answer nothing until the listener closes
+				defer held.Done()
+				defer conn.Close()
+				io.Copy(io.Discard, conn)
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New([]string{"http://" + hole.Addr().String(), c.agents[0].HTTPAddr()},
+		client.Options{MaxRetries: 2, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := client.New([]string{c.agents[0].HTTPAddr()}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := direct.Grant(ctx, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	lost := cl.KeepAlive(kctx, g.ID)
+	select {
+	case err := <-lost:
+		t.Fatalf("lease lost behind a node that never answers: %v", err)
+	case <-time.After(5 * time.Second): // 2.5 TTLs
+	}
+	kcancel()
+	if _, err := cl.Lease(ctx, g.ID); err != nil {
+		t.Fatalf("lease after 5 s of keepalives: %v", err)
+	}
+	hole.Close()
 }

@@ -143,7 +143,16 @@ func (c *Client) retry(ctx context.Context, write bool, one func(base string) (r
 	for attempt := 0; ; attempt++ {
 		idx := int(c.cur.Load()) % len(c.addrs)
 		retryAfter, err := one(c.addrs[idx])
-		if err == nil || attempt >= c.opts.MaxRetries || !safeToRetry(err, write) {
+		if err == nil {
+			return nil
+		}
+		if attempt >= c.opts.MaxRetries || !safeToRetry(err, write) {
+			if nodeTrouble(err) {
+				// Not repeated here, but the next call starts elsewhere: a node that
+				// timed out or is cut off must not keep every later call (a keepalive
+				// loop, say) waiting on it.
+				c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))
+			}
 			return err
 		}
 		c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))

@@ -108,6 +108,19 @@ func notSent(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
+// nodeTrouble reports whether err says more about the node than about the request: no
+// answer (a transport error or a timeout) or a 503/504 (the node is cut off from the
+// leader or could not learn an outcome). Another node may do better.
+func nodeTrouble(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	if e, ok := asError(err); ok {
+		return e.Code == http.StatusServiceUnavailable || e.Code == http.StatusGatewayTimeout
+	}
+	return true
+}
+
 // safeToRetry decides whether a failed attempt may be repeated. A write is repeated
 // only when it is known not to have been applied.
 func safeToRetry(err error, write bool) bool {

@@ -88,7 +88,8 @@ func (c *Client) PutLease(ctx context.Context, key string, value []byte, lease i
 
 // KeepAlive keeps lease id alive until ctx ends, from a goroutine it starts: it sends
 // a keepalive every third of the time the previous one guaranteed (at least every
-// 100 ms apart), retrying failures on other nodes. The returned channel is closed when
+// 100 ms apart), retrying failures on other nodes; an attempt that gets no answer is
+// given up after half the time left, and the next goes to another node. The returned channel is closed when
 // ctx ends; before that, if the lease is lost, it receives one error wrapping
 // ErrLeaseLost (and the cause) and is closed: the lease is gone, or the time the last
 // keepalive guaranteed ran out without a successful renewal. A holder of a lock must
@@ -99,7 +100,15 @@ func (c *Client) KeepAlive(ctx context.Context, id int64) <-chan error {
 		defer close(lost)
 		guaranteed := time.Now().Add(time.Second) // a lease lives at least 1 s after its grant
 		for {
-			callCtx, cancel := context.WithDeadline(ctx, guaranteed)
+			// One attempt may take at most half the time left (and at least 300 ms), so a
+			// node that holds the request (a leader cut off from its peers answers only
+			// once the renewal commits or it steps down) leaves time to try the others:
+			// the client starts the next call on another node after a timeout.
+			deadline := guaranteed
+			if half := time.Until(guaranteed) / 2; half > 300*time.Millisecond {
+				deadline = time.Now().Add(half)
+			}
+			callCtx, cancel := context.WithDeadline(ctx, deadline)
 			start := time.Now()
 			resp, err := c.KeepAliveOnce(callCtx, id)
 			cancel()
