@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	hraft "github.com/hashicorp/raft"
 
@@ -26,24 +27,32 @@ func (n *Node) SetLeaderHandler(h LeaderHandler) { n.leaderHandler.Store(&h) }
 var errNoHandler = errors.New("raft: the leader serves no leader calls")
 
 // CallLeader runs the leader's LeaderHandler on body: locally when this node leads,
-// otherwise over keel's RPC to the leader, retrying while no leader is known (at most
-// ApplyTimeout). Like a forwarded write, a call is run on the leader it reached and
-// never forwarded again. A leader of an older release answers with an error.
+// otherwise over keel's RPC to the leader, as a forwarded write goes: a call waiting on
+// a leader this node loses contact with is interrupted and tried again on the next
+// leader, and a node without leader contact gives up after LeaderWait (ErrNoLeader) —
+// never later than ApplyTimeout. A handler must therefore be idempotent: a call cut
+// off after it was sent is repeated. Like a forwarded write, a call is run on the
+// leader it reached and never forwarded again. A leader of an older release answers
+// with an error.
 func (n *Node) CallLeader(ctx context.Context, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
+	start := time.Now()
 	for {
 		var resp []byte
-		var err error
-		if n.raft.State() == hraft.Leader {
+		addr, err := n.leaderContact()
+		switch {
+		case err != nil:
+		case addr == "":
 			resp, err = n.localLeaderCall(ctx, body)
-		} else if addr, _ := n.raft.LeaderWithID(); addr != "" && string(addr) != n.addr {
-			resp, err = n.pool.call(ctx, string(addr), rpcLeaderCall, body)
-		} else {
-			err = ErrNoLeader
+		default:
+			resp, err = n.forward(ctx, addr, rpcLeaderCall, body)
 		}
-		if err == nil || !retriable(err) {
-			return resp, err
+		if err == nil {
+			return resp, nil
+		}
+		if (!retriable(err) && !errors.Is(err, errSent)) || n.giveUp(start, err) {
+			return nil, err
 		}
 		if err := n.pause(ctx, err); err != nil {
 			return nil, err
