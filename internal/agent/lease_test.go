@@ -291,7 +291,7 @@ func TestClusterKeepAliveSurvivesANodeThatNeverAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := direct.Grant(ctx, 2*time.Second)
+	g, err := direct.Grant(ctx, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,11 +300,11 @@ func TestClusterKeepAliveSurvivesANodeThatNeverAnswers(t *testing.T) {
 	select {
 	case err := <-lost:
 		t.Fatalf("lease lost behind a node that never answers: %v", err)
-	case <-time.After(5 * time.Second): // 2.5 TTLs
+	case <-time.After(6 * time.Second): // 2 TTLs
 	}
 	kcancel()
 	if _, err := cl.Lease(ctx, g.ID); err != nil {
-		t.Fatalf("lease after 5 s of keepalives: %v", err)
+		t.Fatalf("lease after 6 s of keepalives: %v", err)
 	}
 	hole.Close()
 }
