@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,13 @@ type Config struct {
 	RetryAfter time.Duration
 	// MaxWatches bounds the watches one node serves at once: 429 above it.
 	MaxWatches int
+	// TLS, when set, makes the HTTP port (and the stream protocol on it) HTTPS; with
+	// ClientAuth set it also checks client certificates. Use GetConfigForClient to
+	// reload certificates while serving.
+	TLS *tls.Config
+	// Insecure marks a node started with -insecure (plain text outside dev mode):
+	// /v1/status says so.
+	Insecure bool
 	// WatchBuffer bounds the events queued for one watch and not yet written to its
 	// connection; a watch whose buffer fills ends with reason SlowWatcher.
 	WatchBuffer int

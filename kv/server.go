@@ -122,12 +122,16 @@ func (s *Server) Serve(ln net.Listener) error {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		ConnContext:       tlsConnContext,
 	}
 	s.http.srv = srv
 	s.lessor.start()
 	s.http.Unlock()
-	s.log.Info("serving HTTP", "addr", ln.Addr().String())
+	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
 	// net/http's own error answers (431, 400, 501) become JSON (rawerrors.go).
+	if s.cfg.TLS != nil {
+		ln = tlsListener{Listener: ln, cfg: s.cfg.TLS}
+	}
 	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)
