@@ -190,4 +190,3 @@ func serverSerial(t *testing.T, addr string, cfg *tls.Config) string {
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 }
-
