@@ -229,6 +229,7 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	}
 	c.mu.Unlock()
 	args = append(args, extra...)
+	args = append(args, securityArgs(bin)...)
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("node log: %w", err)
@@ -648,4 +649,26 @@ func (c *ProcCluster) Restart(ctx context.Context, id string) error {
 		return err
 	}
 	return c.Start(ctx, id)
+}
+
+// securityArgs are the flags a node's binary needs to run the harness's plain-text
+// cluster: -insecure, for a release that refuses plain text outside -dev (it lists the
+// flag); none for an older release (the upgrade test's), which would refuse the flag.
+func securityArgs(bin string) []string {
+	if agentHasFlag(bin, "insecure") {
+		return []string{"-insecure"}
+	}
+	return nil
+}
+
+var agentFlags sync.Map // binary path -> the output of `agent --help`
+
+// agentHasFlag reports whether `bin agent --help` lists -name.
+func agentHasFlag(bin, name string) bool {
+	help, ok := agentFlags.Load(bin)
+	if !ok {
+		out, _ := exec.Command(bin, "agent", "--help").CombinedOutput()
+		help, _ = agentFlags.LoadOrStore(bin, string(out))
+	}
+	return strings.Contains(help.(string), "--"+name+" ")
 }
