@@ -52,7 +52,11 @@ type Server struct {
 
 	// watches counts the watches being served; watchStop is closed by Shutdown to end
 	// them (the HTTP server waits for every handler, a watch never ends by itself).
-	watches   atomic.Int64
+	watches atomic.Int64
+	// conns and inFlight count open client connections and running requests
+	// (connlimits.go).
+	conns     atomic.Int64
+	inFlight  atomic.Int64
 	watchStop chan struct{}
 	stopOnce  sync.Once
 
@@ -85,7 +89,7 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 		lc.SetLeaderHandler(s.lessor.handleLeaderCall)
 	}
 	s.routes()
-	s.handler = s.accessLog(s.mux)
+	s.handler = s.accessLog(s.limitInFlight(s.mux))
 	return s, nil
 }
 
@@ -132,6 +136,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		ln = tlsListener{Listener: ln, cfg: s.cfg.TLS}
 	}
+	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns}
 	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)

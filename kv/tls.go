@@ -81,9 +81,13 @@ type tlsConnKey struct{}
 // Request.TLS only for a *tls.Conn it sees itself, and it sees jsonErrorConn).
 func tlsConnContext(ctx context.Context, c net.Conn) context.Context {
 	if jc, ok := c.(*jsonErrorConn); ok {
-		if tc, ok := jc.Conn.(*tlsServerConn); ok {
-			return context.WithValue(ctx, tlsConnKey{}, tc)
-		}
+		c = jc.Conn
+	}
+	if cc, ok := c.(*countedConn); ok {
+		c = cc.Conn
+	}
+	if tc, ok := c.(*tlsServerConn); ok {
+		return context.WithValue(ctx, tlsConnKey{}, tc)
 	}
 	return ctx
 }
