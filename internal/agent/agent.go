@@ -84,6 +84,12 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := checkTLSIdentity(tlsr, id, cfg.TLS.CertFile); err != nil {
 		return nil, err
 	}
+	restrictUmask()
+	if n, err := privatizeDataDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("agent: make the data dir private: %w", err)
+	} else if n > 0 {
+		log.Warn("narrowed permissions in the data dir to 0700/0600", "dir", cfg.DataDir, "entries", n)
+	}
 	cfg.NodeID = id
 	cfg.Raft.NodeID = id
 	cfg.Raft.DataDir = cfg.DataDir

@@ -185,6 +185,10 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("tlsutil: %w", err)
 	}
+	if err := f.Chmod(mode); err != nil { // exactly mode, whatever the umask
+		f.Close()
+		return fmt.Errorf("tlsutil: %w", err)
+	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return fmt.Errorf("tlsutil: write %s: %w", path, err)
