@@ -59,6 +59,11 @@ type Config struct {
 	// ClientAuth set it also checks client certificates. Use GetConfigForClient to
 	// reload certificates while serving.
 	TLS *tls.Config
+	// RequireClientCert answers 401 ClientCertRequired to a request that came without
+	// a verified client certificate (TLS.ClientAuth should be VerifyClientCertIfGiven,
+	// so that a bad certificate fails the handshake and none at all reaches here);
+	// /healthz, /livez and /readyz stay open.
+	RequireClientCert bool
 	// Insecure marks a node started with -insecure (plain text outside dev mode):
 	// /v1/status says so.
 	Insecure bool

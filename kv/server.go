@@ -89,7 +89,9 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 		lc.SetLeaderHandler(s.lessor.handleLeaderCall)
 	}
 	s.routes()
-	s.handler = s.accessLog(s.limitInFlight(s.mux))
+	// The chain, outside in: access log, client certificate, in-flight limit, routes.
+	// An authentication middleware belongs next to requireClientCert.
+	s.handler = s.accessLog(s.requireClientCert(s.limitInFlight(s.mux)))
 	return s, nil
 }
 

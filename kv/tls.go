@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // TLS on the HTTP port. The stream protocol upgrades an HTTP connection, so it runs
@@ -102,4 +104,25 @@ func TLSState(r *http.Request) *tls.ConnectionState {
 	}
 	cs := tc.ConnectionState()
 	return &cs
+}
+
+// requireClientCert answers 401 to a request without a verified client certificate
+// when Config.RequireClientCert is set; health checks pass without one.
+func (s *Server) requireClientCert(next http.Handler) http.Handler {
+	if !s.cfg.RequireClientCert {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case api.PathHealth, api.PathLive, api.PathReady:
+			next.ServeHTTP(w, r)
+			return
+		}
+		if cs := TLSState(r); cs == nil || len(cs.VerifiedChains) == 0 {
+			writeJSON(w, http.StatusUnauthorized, api.Error{Code: http.StatusUnauthorized, Reason: api.ReasonClientCertRequired,
+				Message: "this node requires a client certificate signed by the cluster CA (keel tls cert create -client NAME; -cert-file/-key-file)"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -136,6 +136,7 @@ func (a *Agent) start(ctx context.Context) error {
 	kcfg.Insecure = cfg.Insecure
 	if a.tls != nil {
 		kcfg.TLS = a.tls.HTTPServerConfig(cfg.VerifyClients)
+		kcfg.RequireClientCert = cfg.VerifyClients
 	}
 	if a.server, err = kv.NewServer(kcfg, a.node, a.log.Named("http")); err != nil {
 		return fmt.Errorf("http server: %w", err)

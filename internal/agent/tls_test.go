@@ -62,11 +62,27 @@ func TestTLSClusterServesHTTPSAndStream(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "use https://") || strings.Contains(string(body), "yes") {
 		t.Errorf("plain GET on the TLS port = %d %q, want 400 saying use https", resp.StatusCode, body)
 	}
-	// Without a client certificate the handshake fails (the nodes verify clients).
-	noCert, _ := client.New([]string{c.agents[0].HTTPAddr()}, client.Options{MaxRetries: -1,
-		TLS: tlstest.Reloader(t, ca.CAOnly()).ClientConfig()})
-	if _, err := noCert.Get(ctx, "secure"); err == nil {
-		t.Error("client without a certificate read a key; want the handshake refused")
+	// Without a client certificate: 401, but health checks answer (load balancers).
+	caOnly := tlstest.Reloader(t, ca.CAOnly()).ClientConfig()
+	noCert, _ := client.New([]string{c.agents[0].HTTPAddr()}, client.Options{MaxRetries: -1, TLS: caOnly})
+	if _, err := noCert.Get(ctx, "secure"); err == nil || !strings.Contains(err.Error(), "ClientCertRequired") {
+		t.Errorf("client without a certificate: %v, want 401 ClientCertRequired", err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: caOnly}}
+	for _, path := range []string{"/healthz", "/livez", "/readyz"} {
+		resp, err := hc.Get("https://" + c.agents[0].HTTPAddr() + path)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s without a client certificate: %v %v, want 200", path, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	// A client certificate of another CA fails the handshake.
+	foreignCert := tlstest.Reloader(t, tlstest.NewCA(t).Client(t, "x")).ClientConfig()
+	foreignCert.RootCAs = caOnly.RootCAs
+	fc, _ := client.New([]string{c.agents[0].HTTPAddr()}, client.Options{MaxRetries: -1, TLS: foreignCert})
+	if _, err := fc.Get(ctx, "secure"); err == nil {
+		t.Error("client with a foreign CA's certificate read a key")
 	}
 	// A client that does not trust the cluster CA refuses the server.
 	other := tlstest.NewCA(t)

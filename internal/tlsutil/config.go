@@ -107,7 +107,9 @@ func load(f Files) (*material, error) {
 }
 
 // HTTPServerConfig is the TLS config of the HTTP port: the current certificate, and,
-// with verifyClients, client certificates required and checked against the CA.
+// with verifyClients, a client certificate checked against the CA when one is shown
+// (a bad one fails the handshake; the HTTP layer refuses requests without one, health
+// checks aside).
 func (r *Reloader) HTTPServerConfig(verifyClients bool) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -116,7 +118,7 @@ func (r *Reloader) HTTPServerConfig(verifyClients bool) *tls.Config {
 			c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*m.cert},
 				NextProtos: []string{"http/1.1"}}
 			if verifyClients {
-				c.ClientAuth = tls.RequireAndVerifyClientCert
+				c.ClientAuth = tls.VerifyClientCertIfGiven
 				c.ClientCAs = m.pool
 			}
 			return c, nil
