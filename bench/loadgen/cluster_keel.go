@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,43 +54,10 @@ func (c *keelCluster) security(name string) []string {
 		"-key-file", filepath.Join(d, name+"-key.pem"), "-verify-clients"}
 }
 
-// makeCerts creates the CA, k0..k3's node certificates and a client certificate with
-// bin's helpers, and returns the client's TLS config.
+// makeCerts creates the CA, k0..k3's node certificates and a client certificate
+// with bin's helpers, and returns the client's TLS config.
 func (c *keelCluster) makeCerts() (*tls.Config, error) {
-	d := c.certDir()
-	if err := os.MkdirAll(d, 0o700); err != nil {
-		return nil, err
-	}
-	run := func(args ...string) error {
-		cmd := exec.Command(c.bin, args...)
-		cmd.Dir = d
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("keel %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	if err := run("tls", "ca", "create"); err != nil {
-		return nil, err
-	}
-	for i := 0; i < 4; i++ {
-		if err := run("tls", "cert", "create", "-node", fmt.Sprintf("k%d", i)); err != nil {
-			return nil, err
-		}
-	}
-	if err := run("tls", "cert", "create", "-client", "loadgen"); err != nil {
-		return nil, err
-	}
-	caPEM, err := os.ReadFile(filepath.Join(d, "keel-ca.pem"))
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	cert, err := tls.LoadX509KeyPair(filepath.Join(d, "loadgen.pem"), filepath.Join(d, "loadgen-key.pem"))
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
+	return makeCerts(c.bin, c.certDir(), "k")
 }
 
 func (c *keelCluster) PprofURL(i int) string {
