@@ -3,15 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/internal/tlsutil"
 )
 
@@ -104,5 +109,72 @@ func TestAgentRefusesPlainTextUnlessInsecure(t *testing.T) {
 	_, err = runKeel(t, dir, "agent", "-data-dir", filepath.Join(dir, "d"), "-insecure", "-ca-file", "x.pem")
 	if err == nil || !strings.Contains(err.Error(), "exclusive") {
 		t.Errorf("-insecure with -ca-file: %v, want refused", err)
+	}
+}
+
+// TestAgentReloadsCertificatesOnSIGHUP: a real SIGHUP to a running agent makes new
+// connections see the replaced certificate.
+func TestAgentReloadsCertificatesOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"tls", "ca", "create"}, {"tls", "cert", "create", "-node", "n1"},
+		{"tls", "cert", "create", "-client", "ops"}} {
+		if _, err := runKeel(t, dir, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	httpAddr := freeport.Addr()
+	f := agentFlags{nodeID: "n1", dataDir: filepath.Join(dir, "data"), httpAddr: httpAddr, raftAddr: freeport.Addr(),
+		bootstrap: true, logLevel: "warn", shutdownTimeout: 5 * time.Second, migrateRate: 500,
+		versionGCAfter: time.Second, caFile: filepath.Join(dir, "keel-ca.pem"),
+		certFile: filepath.Join(dir, "n1.pem"), keyFile: filepath.Join(dir, "n1-key.pem")}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runAgent(ctx, f) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	r, err := tlsutil.NewReloader(tlsutil.Files{CAFile: f.caFile, CertFile: filepath.Join(dir, "ops.pem"), KeyFile: filepath.Join(dir, "ops-key.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() string {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", httpAddr, r.ClientConfig())
+		if err != nil {
+			return ""
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	var before string
+	for deadline := time.Now().Add(10 * time.Second); before == "" && time.Now().Before(deadline); {
+		before = serial()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if before == "" {
+		t.Fatal("the TLS agent never answered a handshake")
+	}
+	next := t.TempDir()
+	if _, err := runKeel(t, next, "tls", "cert", "create", "-node", "n1", "-ca", f.caFile,
+		"-ca-key", filepath.Join(dir, "keel-ca-key.pem")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1.pem", "n1-key.pem"} {
+		if err := os.Rename(filepath.Join(next, n), filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	after := before
+	for deadline := time.Now().Add(5 * time.Second); after == before && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		after = serial()
+	}
+	if after == before || after == "" {
+		t.Fatalf("after SIGHUP the agent shows certificate %q, want a new one (was %q)", after, before)
 	}
 }
