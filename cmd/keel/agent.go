@@ -179,13 +179,16 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	if err != nil {
 		return err
 	}
-	// SIGHUP re-reads -schema (as keel schema apply does, without force).
+	// SIGHUP reloads the TLS files and re-reads -schema (as keel schema apply does, without force).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	go reloadOnSignal(ctx, hup, func(ctx context.Context) (*versions.SchemaChange, error) {
 		if err := a.ReloadTLS(); err != nil {
 			log.Error("TLS reload refused; the old certificates stay in use", "error", err)
+		}
+		if f.schema == "" {
+			return nil, nil // SIGHUP only reloaded the certificates
 		}
 		return a.Reload(ctx)
 	}, log)

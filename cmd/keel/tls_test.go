@@ -123,20 +123,21 @@ func TestAgentReloadsCertificatesOnSIGHUP(t *testing.T) {
 		}
 	}
 	httpAddr := freeport.Addr()
-	f := agentFlags{nodeID: "n1", dataDir: filepath.Join(dir, "data"), httpAddr: httpAddr, raftAddr: freeport.Addr(),
-		bootstrap: true, logLevel: "warn", shutdownTimeout: 5 * time.Second, migrateRate: 500,
-		versionGCAfter: time.Second, caFile: filepath.Join(dir, "keel-ca.pem"),
-		certFile: filepath.Join(dir, "n1.pem"), keyFile: filepath.Join(dir, "n1-key.pem")}
+	caFile := filepath.Join(dir, "keel-ca.pem")
+	root := newRootCmd()
+	root.SetArgs(normalizeArgs(root, []string{"agent", "-node-id", "n1", "-data-dir", filepath.Join(dir, "data"),
+		"-http-addr", httpAddr, "-raft-addr", freeport.Addr(), "-bootstrap", "-log-level", "warn",
+		"-ca-file", caFile, "-cert-file", filepath.Join(dir, "n1.pem"), "-key-file", filepath.Join(dir, "n1-key.pem")}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runAgent(ctx, f) }()
+	go func() { done <- root.ExecuteContext(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("agent: %v", err)
 		}
 	}()
-	r, err := tlsutil.NewReloader(tlsutil.Files{CAFile: f.caFile, CertFile: filepath.Join(dir, "ops.pem"), KeyFile: filepath.Join(dir, "ops-key.pem")})
+	r, err := tlsutil.NewReloader(tlsutil.Files{CAFile: caFile, CertFile: filepath.Join(dir, "ops.pem"), KeyFile: filepath.Join(dir, "ops-key.pem")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestAgentReloadsCertificatesOnSIGHUP(t *testing.T) {
 		t.Fatal("the TLS agent never answered a handshake")
 	}
 	next := t.TempDir()
-	if _, err := runKeel(t, next, "tls", "cert", "create", "-node", "n1", "-ca", f.caFile,
+	if _, err := runKeel(t, next, "tls", "cert", "create", "-node", "n1", "-ca", caFile,
 		"-ca-key", filepath.Join(dir, "keel-ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
