@@ -84,9 +84,3 @@ func (h *harnessTLS) args(id string) []string {
 	return []string{"-ca-file", filepath.Join(h.dir, "keel-ca.pem"), "-cert-file", filepath.Join(h.dir, id+".pem"),
 		"-key-file", filepath.Join(h.dir, id+"-key.pem"), "-verify-clients"}
 }
-
-// env is what the CLI needs to reach the nodes (for the remover).
-func (h *harnessTLS) env() []string {
-	return []string{"KEEL_CA_FILE=" + filepath.Join(h.dir, "keel-ca.pem"),
-		"KEEL_CERT_FILE=" + filepath.Join(h.dir, "chaos.pem"), "KEEL_KEY_FILE=" + filepath.Join(h.dir, "chaos-key.pem")}
-}
