@@ -13,7 +13,9 @@ type ProcBackend struct {
 	// Remover removes a voter through a node's API (nil: remove and replace faults
 	// are unsupported).
 	Remover func(ctx context.Context, httpAddr, id string) error
-	subnet  atomic.Int32
+	// TLS runs the clusters with TLS on every port (ProcConfig.TLS).
+	TLS    bool
+	subnet atomic.Int32
 }
 
 var _ Backend = (*ProcBackend)(nil)
@@ -22,7 +24,12 @@ var _ Backend = (*ProcBackend)(nil)
 const DiskSize = 32 << 20
 
 // Name implements Backend.
-func (b *ProcBackend) Name() string { return "process" }
+func (b *ProcBackend) Name() string {
+	if b.TLS {
+		return "process-tls"
+	}
+	return "process"
+}
 
 // Supports implements Backend.
 func (b *ProcBackend) Supports(sc Scenario) error {
@@ -44,6 +51,7 @@ func (b *ProcBackend) Start(ctx context.Context, sc Scenario, dir string, logf f
 	cfg := DefaultProcConfig()
 	cfg.Bin, cfg.Dir, cfg.Nodes, cfg.Logf, cfg.Remover = b.Bin, dir, sc.Nodes, logf, b.Remover
 	cfg.Subnet = 100 + int(b.subnet.Add(1)%150)
+	cfg.TLS = b.TLS
 	if sc.Disk {
 		cfg.DiskSize = DiskSize
 	}

@@ -191,6 +191,22 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// TestChaosTLS runs the combined-nemesis scenario on a cluster with TLS on every port
+// (mutual TLS on Raft through the fault proxies, HTTPS and the stream protocol with
+// client certificates): faults must not cost more than they do in plain text.
+func TestChaosTLS(t *testing.T) {
+	be := &ProcBackend{Bin: keelBin(t), TLS: true}
+	for _, sc := range Scenarios() {
+		if sc.Name != "mixed" {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			expectRun()
+			runScenario(t, be, sc, seed(t))
+		})
+	}
+}
+
 // TestSoak repeats random scenarios with random seeds for KEEL_SOAK_DURATION (skipped
 // when unset); each run prints its seed.
 func TestSoak(t *testing.T) {

@@ -94,7 +94,7 @@ type Cluster interface {
 func newNodeClient(httpAddr string) *client.Client {
 	c, err := client.New([]string{httpAddr}, client.Options{
 		MaxRetries: 2, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		DialTimeout: time.Second, Stream: true,
+		DialTimeout: time.Second, Stream: true, TLS: tlsFor(httpAddr),
 	})
 	if err != nil {
 		panic(fmt.Sprintf("chaos: client for %q: %v", httpAddr, err))

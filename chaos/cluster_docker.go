@@ -303,7 +303,8 @@ func (c *DockerCluster) run(ctx context.Context, n *dockerNode, bootstrap bool, 
 		"--ip", n.ip, "-v", n.dataDir + ":/data", c.image,
 		"agent", "-node-id", n.id, "-data-dir", "/data",
 		"-http-addr", fmt.Sprintf("0.0.0.0:%d", dockerHTTPPort),
-		"-raft-addr", fmt.Sprintf("0.0.0.0:%d", dockerRaftPort), "-advertise", n.raftAddr()}
+		"-raft-addr", fmt.Sprintf("0.0.0.0:%d", dockerRaftPort), "-advertise", n.raftAddr(),
+		"-insecure"} // the image is always this release's
 	if bootstrap {
 		args = append(args, "-bootstrap")
 	}

@@ -36,6 +36,9 @@ type ProcConfig struct {
 	// ExtraArgs are added to every node's agent command line (SetRelease overrides
 	// them, and the binary, per node).
 	ExtraArgs []string
+	// TLS runs every node with TLS on every port and client certificates required
+	// (tls.go); the harness's clients present one.
+	TLS bool
 	// Remover removes a voter through some node's API (nil: FaultRemove unsupported).
 	Remover func(ctx context.Context, httpAddr, id string) error
 	Logf    func(format string, args ...any)
@@ -87,6 +90,7 @@ type procNode struct {
 type ProcCluster struct {
 	cfg ProcConfig
 	net *Network
+	tls *harnessTLS // nil: plain text (-insecure)
 
 	mu struct {
 		sync.Mutex
@@ -109,6 +113,13 @@ func StartProcCluster(ctx context.Context, cfg ProcConfig) (*ProcCluster, error)
 	c := &ProcCluster{cfg: cfg}
 	c.mu.nodes = map[string]*procNode{}
 	c.net = NewNetwork(c.identify)
+	if cfg.TLS {
+		h, err := newHarnessTLS(cfg.Bin, filepath.Join(cfg.Dir, "tls"))
+		if err != nil {
+			return nil, fmt.Errorf("chaos: certificates: %w", err)
+		}
+		c.tls = h
+	}
 	var ids []string
 	for i := 0; i < cfg.Nodes; i++ {
 		n, err := c.newNode(i == 0 && cfg.DiskSize > 0)
@@ -188,6 +199,11 @@ func (c *ProcCluster) newNode(tmpfs bool) (*procNode, error) {
 		return nil, err
 	}
 	n.advAddr = adv
+	if c.tls != nil {
+		if err := c.tls.node(id, ip, n.httpAddr); err != nil {
+			return nil, err
+		}
+	}
 	n.cl = newNodeClient(n.httpAddr)
 	c.mu.Lock()
 	c.mu.nodes[id] = n
@@ -229,6 +245,11 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	}
 	c.mu.Unlock()
 	args = append(args, extra...)
+	if c.tls != nil {
+		args = append(args, c.tls.args(n.id)...)
+	} else {
+		args = append(args, securityArgs(bin)...)
+	}
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("node log: %w", err)
@@ -536,6 +557,7 @@ func (c *ProcCluster) Close() {
 	}
 	c.net.Close()
 	for _, id := range ids {
+		clusterTLS.Delete(c.node(id).httpAddr)
 		if n := c.node(id); n.tmpfs {
 			if err := unmount(n.dataDir); err != nil {
 				c.cfg.Logf("unmount %s: %v", n.dataDir, err)
@@ -648,4 +670,26 @@ func (c *ProcCluster) Restart(ctx context.Context, id string) error {
 		return err
 	}
 	return c.Start(ctx, id)
+}
+
+// securityArgs are the flags a node's binary needs to run the harness's plain-text
+// cluster: -insecure, for a release that refuses plain text outside -dev (it lists the
+// flag); none for an older release (the upgrade test's), which would refuse the flag.
+func securityArgs(bin string) []string {
+	if agentHasFlag(bin, "insecure") {
+		return []string{"-insecure"}
+	}
+	return nil
+}
+
+var agentFlags sync.Map // binary path -> the output of `agent --help`
+
+// agentHasFlag reports whether `bin agent --help` lists -name.
+func agentHasFlag(bin, name string) bool {
+	help, ok := agentFlags.Load(bin)
+	if !ok {
+		out, _ := exec.Command(bin, "agent", "--help").CombinedOutput()
+		help, _ = agentFlags.LoadOrStore(bin, string(out))
+	}
+	return strings.Contains(help.(string), "--"+name+" ")
 }

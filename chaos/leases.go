@@ -159,12 +159,13 @@ func StartLeases(ctx context.Context, c Cluster, h *History, d time.Duration, lo
 		for j := range members {
 			list = append(list, pc.HTTPAddr(members[(i+j)%len(members)]))
 		}
-		var tr http.RoundTripper = &http.Transport{DialContext: (&net.Dialer{Timeout: time.Second}).DialContext, MaxIdleConnsPerHost: 8}
+		var tr http.RoundTripper = &http.Transport{DialContext: (&net.Dialer{Timeout: time.Second}).DialContext, MaxIdleConnsPerHost: 8,
+			TLSClientConfig: tlsFor(list[0])}
 		if rt != nil {
 			tr = rt(tr)
 		}
 		return client.New(list, client.Options{MaxRetries: 2, MinBackoff: 20 * time.Millisecond,
-			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}})
+			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}, TLS: tlsFor(list[0])})
 	}
 	// The kept-alive lease's client sets no request timeout of its own: KeepAlive must
 	// get past a node that holds its request (a leader cut off from its peers answers

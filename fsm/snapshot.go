@@ -162,7 +162,7 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 	sr := wire.NewStreamReader(br, errSnapshotCorrupt, crc)
 	head := sr.Raw("magic", len(snapshotMagic)+1)
 	if sr.Err() != nil || string(head[:len(snapshotMagic)]) != snapshotMagic {
-		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot: bad magic", ErrCorrupt)
+		return state{}, compactQueue{}, fmt.Errorf("%w: it does not start with %q", ErrNotSnapshot, snapshotMagic)
 	}
 	format := head[len(snapshotMagic)]
 	if format < snapshotFormatV1 || format > snapshotFormatV3 {

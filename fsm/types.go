@@ -21,6 +21,8 @@ var (
 	ErrUnknownFormat = errors.New("fsm: unknown format version")
 	// ErrCorrupt: bytes (command, result or snapshot) cannot be decoded.
 	ErrCorrupt = errors.New("fsm: corrupt data")
+	// ErrNotSnapshot: the bytes do not start as a keel snapshot (another file).
+	ErrNotSnapshot = errors.New("fsm: not a keel snapshot")
 	// ErrSlowWatcher: a watcher's queue reached its bound; the watch ended (WatchError).
 	ErrSlowWatcher = errors.New("fsm: watcher too slow, its buffer is full")
 	// ErrWatchRestored: the store was restored from a snapshot; the watch ended.

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,30 @@ type Config struct {
 	RetryAfter time.Duration
 	// MaxWatches bounds the watches one node serves at once: 429 above it.
 	MaxWatches int
+	// MaxConns bounds the client connections (HTTP and stream) open at once: one
+	// more is answered 429 TooManyConnections and closed (connlimits.go).
+	MaxConns int
+	// MaxInFlight bounds the requests running at once (HTTP, and each request of
+	// every stream; not watches or health checks): 429 TooManyRequests above it.
+	MaxInFlight int
+	// MaxStreamInFlight bounds the requests in flight on one stream connection: the
+	// server stops reading it until one finishes (backpressure).
+	MaxStreamInFlight int
+	// StreamFrameTimeout bounds how long a stream frame, once begun, may take to
+	// arrive whole; a connection that stalls mid-frame is closed.
+	StreamFrameTimeout time.Duration
+	// TLS, when set, makes the HTTP port (and the stream protocol on it) HTTPS; with
+	// ClientAuth set it also checks client certificates. Use GetConfigForClient to
+	// reload certificates while serving.
+	TLS *tls.Config
+	// RequireClientCert answers 401 ClientCertRequired to a request that came without
+	// a verified client certificate (TLS.ClientAuth should be VerifyClientCertIfGiven,
+	// so that a bad certificate fails the handshake and none at all reaches here);
+	// /healthz, /livez and /readyz stay open.
+	RequireClientCert bool
+	// Insecure marks a node started with -insecure (plain text outside dev mode):
+	// /v1/status says so.
+	Insecure bool
 	// WatchBuffer bounds the events queued for one watch and not yet written to its
 	// connection; a watch whose buffer fills ends with reason SlowWatcher.
 	WatchBuffer int
@@ -56,22 +81,26 @@ const MaxRequestBytesLimit = 64 << 20
 // DefaultConfig returns the default configuration.
 func DefaultConfig() Config {
 	return Config{
-		Addr:              "127.0.0.1:7370",
-		MaxKeyBytes:       4096,
-		MaxValueBytes:     1536 * 1024,
-		MaxTxnBodyBytes:   8 << 20,
-		DefaultListLimit:  1000,
-		MaxListLimit:      10000,
-		MaxListBytes:      32 << 20,
-		RequestTimeout:    10 * time.Second,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		WriteTimeout:      2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		SecretWait:        2 * time.Second,
-		RetryAfter:        time.Second,
-		MaxWatches:        10000,
-		WatchBuffer:       1024,
+		Addr:               "127.0.0.1:7370",
+		MaxKeyBytes:        4096,
+		MaxValueBytes:      1536 * 1024,
+		MaxTxnBodyBytes:    8 << 20,
+		DefaultListLimit:   1000,
+		MaxListLimit:       10000,
+		MaxListBytes:       32 << 20,
+		RequestTimeout:     10 * time.Second,
+		ReadHeaderTimeout:  10 * time.Second,
+		ReadTimeout:        time.Minute,
+		WriteTimeout:       2 * time.Minute,
+		IdleTimeout:        2 * time.Minute,
+		SecretWait:         2 * time.Second,
+		RetryAfter:         time.Second,
+		MaxWatches:         10000,
+		MaxConns:           10000,
+		MaxInFlight:        20000,
+		MaxStreamInFlight:  1024,
+		StreamFrameTimeout: 10 * time.Second,
+		WatchBuffer:        1024,
 	}
 }
 
@@ -104,6 +133,13 @@ func (c Config) Validate() error {
 	}
 	if c.MaxListBytes < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxListBytes %d must be >= 1", c.MaxListBytes))
+	}
+	if c.MaxConns < 1 || c.MaxInFlight < 1 || c.MaxStreamInFlight < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxConns %d, MaxInFlight %d, MaxStreamInFlight %d must be >= 1",
+			c.MaxConns, c.MaxInFlight, c.MaxStreamInFlight))
+	}
+	if c.StreamFrameTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("kv: StreamFrameTimeout %v must be > 0", c.StreamFrameTimeout))
 	}
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("kv: RequestTimeout %v must be > 0", c.RequestTimeout))

@@ -84,6 +84,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusGone, api.ReasonResourceExpired
 	case errors.Is(err, ErrTooManyWatches):
 		return http.StatusTooManyRequests, api.ReasonTooManyWatches
+	case errors.Is(err, ErrTooManyRequests):
+		return http.StatusTooManyRequests, api.ReasonTooManyRequests
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.ReasonTooLarge
 	case errors.Is(err, raft.ErrNoLeader):

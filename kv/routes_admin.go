@@ -25,6 +25,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		LeaderAddr: st.LeaderAddr, Term: st.Term, AppliedIndex: st.AppliedIndex,
 		CommitIndex: st.CommitIndex, LastLogIndex: st.LastLogIndex,
 		Members: make([]api.Member, 0, len(st.Members)),
+		TLS:     s.cfg.TLS != nil, Insecure: s.cfg.Insecure,
 	}
 	for _, m := range st.Members {
 		if m.ID == st.NodeID {

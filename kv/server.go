@@ -52,7 +52,11 @@ type Server struct {
 
 	// watches counts the watches being served; watchStop is closed by Shutdown to end
 	// them (the HTTP server waits for every handler, a watch never ends by itself).
-	watches   atomic.Int64
+	watches atomic.Int64
+	// conns and inFlight count open client connections and running requests
+	// (connlimits.go).
+	conns     atomic.Int64
+	inFlight  atomic.Int64
 	watchStop chan struct{}
 	stopOnce  sync.Once
 
@@ -85,7 +89,9 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 		lc.SetLeaderHandler(s.lessor.handleLeaderCall)
 	}
 	s.routes()
-	s.handler = s.accessLog(s.mux)
+	// The chain, outside in: access log, client certificate, in-flight limit, routes.
+	// An authentication middleware belongs next to requireClientCert.
+	s.handler = s.accessLog(s.requireClientCert(s.limitInFlight(s.mux)))
 	return s, nil
 }
 
@@ -122,12 +128,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		ConnContext:       tlsConnContext,
 	}
 	s.http.srv = srv
 	s.lessor.start()
 	s.http.Unlock()
-	s.log.Info("serving HTTP", "addr", ln.Addr().String())
+	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
 	// net/http's own error answers (431, 400, 501) become JSON (rawerrors.go).
+	if s.cfg.TLS != nil {
+		ln = tlsListener{Listener: ln, cfg: s.cfg.TLS}
+	}
+	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns}
 	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)

@@ -28,9 +28,6 @@ import (
 // deleteKey), so the two differ only in framing.
 
 const (
-	// streamInFlight bounds the requests one connection has in flight; the reader
-	// stops reading frames while it is reached, which pushes back on the client.
-	streamInFlight = 1024
 	// streamWriteTimeout bounds one flush to a client that stopped reading.
 	streamWriteTimeout = 30 * time.Second
 	streamBufSize      = 64 << 10
@@ -101,7 +98,7 @@ type streamConn struct {
 func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader) *streamConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &streamConn{s: s, conn: conn, br: br, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, streamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),
+		sem: make(chan struct{}, s.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),
 		bw: bufio.NewWriterSize(conn, streamBufSize)}
 	s.streams.Lock()
 	defer s.streams.Unlock()
@@ -165,7 +162,7 @@ func (c *streamConn) serve() {
 	}()
 	max := int(c.s.cfg.MaxValueBytes) + c.s.cfg.MaxKeyBytes + 64
 	for {
-		body, err := api.ReadStreamFrame(c.br, max)
+		body, err := c.readFrame(max)
 		var tooLarge *api.ErrStreamFrameTooLarge
 		switch {
 		case errors.As(err, &tooLarge):
@@ -195,6 +192,12 @@ func (c *streamConn) serve() {
 		case <-c.ctx.Done():
 			return
 		}
+		if !c.s.acquireRequest() {
+			<-c.sem
+			e := errorBody(c.s.tooManyRequests(), req.Op != api.StreamGet)
+			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &e})
+			continue
+		}
 		c.wg.Add(1)
 		c.dispatch(&req)
 	}
@@ -219,6 +222,7 @@ func (c *streamConn) worker(req *api.StreamRequest) {
 	for {
 		resp := c.s.streamDo(c.ctx, req)
 		c.answer(&resp)
+		c.s.releaseRequest()
 		<-c.sem
 		c.wg.Done()
 		idle.Reset(streamWorkerIdle)
@@ -232,9 +236,39 @@ func (c *streamConn) worker(req *api.StreamRequest) {
 	}
 }
 
+// readFrame reads the next frame: it waits for the first byte as long as the client
+// likes (an idle connection is fine), then the whole frame must arrive within
+// StreamFrameTimeout — a client that stalls mid-frame, or sends bytes that are not
+// the protocol (which read as a frame that never completes), is cut off.
+func (c *streamConn) readFrame(max int) ([]byte, error) {
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, err
+	}
+	c.setReadDeadline(time.Now().Add(c.s.cfg.StreamFrameTimeout))
+	body, err := api.ReadStreamFrame(c.br, max)
+	c.setReadDeadline(time.Time{})
+	return body, err
+}
+
+// setReadDeadline sets the read deadline unless the server is shutting down, which
+// has set its own (closeStreams sets closed first, then the deadlines).
+func (c *streamConn) setReadDeadline(t time.Time) {
+	c.s.streams.Lock()
+	defer c.s.streams.Unlock()
+	if c.s.streams.closed {
+		return
+	}
+	c.conn.SetReadDeadline(t)
+}
+
 // refuseLarge answers a frame over the limit with a 413 for its id and skips it; it
 // reports whether the connection can go on.
 func (c *streamConn) refuseLarge(size uint64) bool {
+	if size > api.MaxStreamFrame {
+		return false // no client sends such a frame: these bytes are not the protocol
+	}
+	c.setReadDeadline(time.Now().Add(c.s.cfg.StreamFrameTimeout))
+	defer c.setReadDeadline(time.Time{})
 	head, _ := c.br.Peek(min(int(size), binary.MaxVarintLen64))
 	id, n := binary.Uvarint(head)
 	if n <= 0 {

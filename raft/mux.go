@@ -2,11 +2,14 @@ package raft
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
 
 	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/internal/tlsutil"
 )
 
 // The first byte of every connection to the raft port says what it carries.
@@ -23,14 +26,21 @@ type mux struct {
 	raftConns chan net.Conn
 	rpc       func(net.Conn)
 	src       net.IP // source of outgoing connections; nil = the kernel's choice
+	// tls, when set, makes the port mutual TLS (transport_tls.go): every connection,
+	// Raft or RPC, starts with a handshake in which both sides show a node certificate
+	// signed by the cluster CA. idOf names the node expected at a dialed address
+	// ("" when unknown, as when joining).
+	tls  *tlsutil.Reloader
+	idOf func(addr string) string
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
-func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn)) *mux {
+func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP, tls *tlsutil.Reloader,
+	idOf func(string) string) *mux {
 	m := &mux{ln: ln, advertise: advertise, raftConns: make(chan net.Conn, 16), rpc: rpc,
-		closed: make(chan struct{})}
+		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf}
 	go m.acceptLoop()
 	return m
 }
@@ -57,6 +67,12 @@ func (m *mux) acceptLoop() {
 
 func (m *mux) route(conn net.Conn) {
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if m.tls != nil {
+		var err error
+		if conn, err = serverHandshake(conn, m.tls); err != nil {
+			return
+		}
+	}
 	var b [1]byte
 	if _, err := conn.Read(b[:]); err != nil {
 		conn.Close()
@@ -100,14 +116,15 @@ func (s streamLayer) Close() error   { return s.m.Close() }
 func (s streamLayer) Addr() net.Addr { return s.m.advertise }
 
 func (s streamLayer) Dial(addr hraft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return dialProto(s.m.src, string(addr), protoRaft, timeout)
+	return s.m.dial(string(addr), protoRaft, timeout)
 }
 
-// dialProto connects to the raft port at addr, from src when set, and sends proto.
-func dialProto(src net.IP, addr string, proto byte, timeout time.Duration) (net.Conn, error) {
+// dial connects to the raft port at addr, from src when set, through mutual TLS when
+// on, and sends proto.
+func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
-	if src != nil {
-		d.LocalAddr = &net.TCPAddr{IP: src}
+	if m.src != nil {
+		d.LocalAddr = &net.TCPAddr{IP: m.src}
 	}
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
@@ -115,6 +132,15 @@ func dialProto(src net.IP, addr string, proto byte, timeout time.Duration) (net.
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+	}
+	if m.tls != nil {
+		want := ""
+		if m.idOf != nil {
+			want = m.idOf(addr)
+		}
+		if conn, err = clientHandshake(conn, m.tls, want, timeout); err != nil {
+			return nil, fmt.Errorf("raft: dial %s: %w", addr, err)
+		}
 	}
 	conn.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write([]byte{proto}); err != nil {

@@ -97,11 +97,12 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	rand.Read(nb[:])
 	n.nonce = binary.BigEndian.Uint64(nb[:]) | 1
 	n.members.Store(&[]Member{})
-	n.mux = newMux(ln, adv, n.serveRPC)
+	var src net.IP // nil: the kernel's choice
 	if cfg.SourceIP != "" {
-		n.mux.src = net.ParseIP(cfg.SourceIP)
-		n.pool.src = n.mux.src
+		src = net.ParseIP(cfg.SourceIP)
 	}
+	n.mux = newMux(ln, adv, n.serveRPC, src, cfg.TLS, n.memberAt)
+	n.pool.mux = n.mux
 	if err := n.start(ctx, dir); err != nil {
 		n.shutdown() // the one path that unwinds a partial start: it checks every part
 		return nil, err

@@ -127,13 +127,14 @@ func (n *Node) serveRPC(conn net.Conn) {
 	n.rpcConns.Add(conn)
 	defer n.rpcConns.Remove(conn)
 	defer conn.Close()
+	peer := peerNodeID(conn) // "" on a plain-text port
 	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
 	for {
 		req, err := readFrame(r)
 		if err != nil {
 			return
 		}
-		resp, err := n.handleRPC(req[0], req[1:])
+		resp, err := n.handleRPC(peer, req[0], req[1:])
 		if err != nil {
 			err = writeFrame(w, encodeErr(err))
 		} else {
@@ -145,7 +146,8 @@ func (n *Node) serveRPC(conn net.Conn) {
 	}
 }
 
-func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
+// handleRPC answers one request of peer (its certificate's node ID; "" without TLS).
+func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	switch kind {
@@ -167,6 +169,9 @@ func (n *Node) handleRPC(kind byte, body []byte) ([]byte, error) {
 		id, addr, ok := strings.Cut(string(body), "\x00")
 		if !ok {
 			return nil, errors.New("raft rpc: bad join request")
+		}
+		if err := n.mayAdd(peer, id); err != nil {
+			return nil, err
 		}
 		return nil, n.addServer(ctx, id, addr, kind == rpcAddVoter)
 	case rpcRemove:
@@ -200,7 +205,7 @@ var errSent = errors.New("raft rpc: connection failed after the request was sent
 // rpcPool keeps idle RPC connections per address; forwarded writes are the hot path of a
 // follower, and a connection carries one request at a time.
 type rpcPool struct {
-	src    net.IP // source of outgoing connections; nil = the kernel's choice
+	mux    *mux // dials (source address, TLS)
 	mu     sync.Mutex
 	idle   map[string][]*rpcConn
 	closed bool
@@ -231,7 +236,7 @@ func (p *rpcPool) get(ctx context.Context, addr string) (*rpcConn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	conn, err := dialProto(p.src, addr, protoRPC, timeout)
+	conn, err := p.mux.dial(addr, protoRPC, timeout)
 	if err != nil {
 		return nil, err
 	}

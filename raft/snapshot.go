@@ -25,15 +25,23 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (index uint64, siz
 
 // RestoreSnapshot replaces the whole cluster's state with the snapshot in f (disaster
 // recovery: hashicorp/raft installs it on the leader and then on every follower). The
-// file is checked completely first, so a damaged or foreign file changes nothing
-// (fsm.ErrCorrupt / fsm.ErrUnknownFormat). Only the leader can restore (ErrNotLeader).
-func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File) error {
+// file is checked completely first, so a damaged or unreadable file changes nothing
+// (fsm.ErrCorrupt, fsm.ErrNotSnapshot, fsm.ErrUnknownFormat); accept, when set, is then
+// given the snapshot's cluster ID and may refuse it (a foreign backup). Only the
+// leader can restore (ErrNotLeader).
+func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, accept func(clusterID string) error) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
 	check := fsm.NewStore()
 	if err := check.Restore(f); err != nil {
 		return err
+	}
+	if accept != nil {
+		id, _, _ := check.ClusterMeta()
+		if err := accept(id); err != nil {
+			return err
+		}
 	}
 	st, err := f.Stat()
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,10 +25,32 @@ type etcdCluster struct {
 	drv               *etcdDriver
 	connsPerNode      int
 	pprof             bool // --enable-pprof: /debug/pprof on the client URL
+	// keelBin, when set, runs etcd with TLS on client and peer ports and client
+	// certificates required, certificates made by keel's helpers (as keel -tls runs).
+	keelBin string
+	tlsCfg  *tls.Config
 }
 
-func newEtcdCluster(bin, dir, pidFile string, connsPerNode int, pprof bool) *etcdCluster {
-	return &etcdCluster{bin: bin, dir: dir, pidFile: pidFile, connsPerNode: connsPerNode, pprof: pprof}
+func newEtcdCluster(bin, dir, pidFile string, connsPerNode int, pprof bool, tlsWith string) *etcdCluster {
+	return &etcdCluster{bin: bin, dir: dir, pidFile: pidFile, connsPerNode: connsPerNode, pprof: pprof, keelBin: tlsWith}
+}
+
+func (c *etcdCluster) scheme() string {
+	if c.keelBin != "" {
+		return "https"
+	}
+	return "http"
+}
+
+// tlsArgs are member i's TLS flags (none without TLS).
+func (c *etcdCluster) tlsArgs(i int) []string {
+	if c.keelBin == "" {
+		return nil
+	}
+	d := filepath.Join(c.dir, "tls")
+	ca, cert, key := filepath.Join(d, "keel-ca.pem"), filepath.Join(d, fmt.Sprintf("e%d.pem", i)), filepath.Join(d, fmt.Sprintf("e%d-key.pem", i))
+	return []string{"--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
+		"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth"}
 }
 
 func (c *etcdCluster) PprofURL(i int) string {
@@ -40,11 +63,11 @@ func (c *etcdCluster) PprofURL(i int) string {
 func (c *etcdCluster) Name() string { return "etcd" }
 
 func (c *etcdCluster) clientURL(i int) string {
-	return fmt.Sprintf("http://127.0.0.1:%d", c.clientPorts[i])
+	return fmt.Sprintf("%s://127.0.0.1:%d", c.scheme(), c.clientPorts[i])
 }
 
 func (c *etcdCluster) peerURL(i int) string {
-	return fmt.Sprintf("http://127.0.0.1:%d", c.peerPorts[i])
+	return fmt.Sprintf("%s://127.0.0.1:%d", c.scheme(), c.peerPorts[i])
 }
 
 func (c *etcdCluster) initialCluster(n int) string {
@@ -85,6 +108,7 @@ func (c *etcdCluster) startNode(i int, initialCluster, state string) error {
 	if c.pprof {
 		args = append(args, "--enable-pprof")
 	}
+	args = append(args, c.tlsArgs(i)...)
 	p, err := startProc(name, c.bin, args, filepath.Join(c.dir, name+".log"), c.pidFile)
 	if err != nil {
 		return err
@@ -100,12 +124,20 @@ func (c *etcdCluster) Start(ctx context.Context) error {
 	if err := c.allocPorts(4); err != nil {
 		return err
 	}
+	if c.keelBin != "" {
+		cfg, err := makeCerts(c.keelBin, filepath.Join(c.dir, "tls"), "e")
+		if err != nil {
+			return err
+		}
+		c.tlsCfg = cfg
+	}
 	for i := 0; i < 3; i++ {
 		if err := c.startNode(i, c.initialCluster(3), "new"); err != nil {
 			return err
 		}
 	}
 	c.drv = newEtcdDriver(c.connsPerNode)
+	c.drv.tls = c.tlsCfg
 	for i := 0; i < 4; i++ {
 		c.drv.endpoints = append(c.drv.endpoints, c.clientURL(i))
 	}
@@ -198,6 +230,7 @@ type etcdDriver struct {
 	mu           sync.RWMutex
 	pool         map[int][]*clientv3.Client
 	watchers     map[int]*clientv3.Client // per member, for the watch workload
+	tls          *tls.Config              // nil: plain text
 }
 
 func newEtcdDriver(connsPerNode int) *etcdDriver {
@@ -220,6 +253,7 @@ func (d *etcdDriver) conn(node, worker int) *clientv3.Client {
 				Endpoints:   []string{d.endpoints[node]},
 				DialTimeout: 5 * time.Second,
 				Logger:      zap.NewNop(),
+				TLS:         d.tls,
 			})
 			if err != nil {
 				panic(fmt.Sprintf("clientv3.New: %v", err)) // only on a bad config

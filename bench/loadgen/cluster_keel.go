@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,10 +32,32 @@ type keelCluster struct {
 	drv               *keelDriver
 	pprof             bool
 	protocol          string // "stream" or "http": how single-key requests travel
+	// tls runs every port with TLS (certificates from bin's `keel tls` helpers, HTTP
+	// clients verified); otherwise the nodes run -insecure.
+	tls bool
 }
 
-func newKeelCluster(bin, dir, pidFile string, pprof bool, protocol string) *keelCluster {
-	return &keelCluster{bin: bin, dir: dir, pidFile: pidFile, pprof: pprof, protocol: protocol}
+func newKeelCluster(bin, dir, pidFile string, pprof bool, protocol string, useTLS bool) *keelCluster {
+	return &keelCluster{bin: bin, dir: dir, pidFile: pidFile, pprof: pprof, protocol: protocol, tls: useTLS}
+}
+
+// certDir holds the CA and the certificates of a TLS run.
+func (c *keelCluster) certDir() string { return filepath.Join(c.dir, "tls") }
+
+// security is a node's TLS flags, or -insecure.
+func (c *keelCluster) security(name string) []string {
+	if !c.tls {
+		return []string{"-insecure"}
+	}
+	d := c.certDir()
+	return []string{"-ca-file", filepath.Join(d, "keel-ca.pem"), "-cert-file", filepath.Join(d, name+".pem"),
+		"-key-file", filepath.Join(d, name+"-key.pem"), "-verify-clients"}
+}
+
+// makeCerts creates the CA, k0..k3's node certificates and a client certificate
+// with bin's helpers, and returns the client's TLS config.
+func (c *keelCluster) makeCerts() (*tls.Config, error) {
+	return makeCerts(c.bin, c.certDir(), "k")
 }
 
 func (c *keelCluster) PprofURL(i int) string {
@@ -57,6 +80,7 @@ func (c *keelCluster) startNode(i int, extra ...string) error {
 		"-http-addr", c.httpAddr(i),
 		"-raft-addr", c.raftAddr(i),
 	}, extra...)
+	args = append(args, c.security(name)...)
 	if c.pprof {
 		args = append(args, "-pprof-addr", fmt.Sprintf("127.0.0.1:%d", c.pprofPorts[i]))
 	}
@@ -78,8 +102,16 @@ func (c *keelCluster) Start(ctx context.Context) error {
 	}
 	c.httpPorts, c.raftPorts, c.pprofPorts = ports[:4], ports[4:8], ports[8:]
 	c.drv = newKeelDriver()
+	scheme := "http://"
+	if c.tls {
+		cfg, err := c.makeCerts()
+		if err != nil {
+			return err
+		}
+		c.drv.tr.TLSClientConfig, c.drv.tlsCfg, scheme = cfg, cfg, "https://"
+	}
 	for i := 0; i < 4; i++ {
-		c.drv.bases = append(c.drv.bases, "http://"+c.httpAddr(i))
+		c.drv.bases = append(c.drv.bases, scheme+c.httpAddr(i))
 	}
 	if c.protocol == "stream" {
 		if err := c.drv.useStream(); err != nil {
@@ -181,6 +213,7 @@ type keelDriver struct {
 	hc      *http.Client
 	tr      *http.Transport
 	streams []*client.Client // per member, nil without the stream protocol
+	tlsCfg  *tls.Config      // nil: plain text
 
 	watchMu  sync.Mutex
 	watchers map[int]*client.Client // per member, for the watch workload
@@ -189,7 +222,7 @@ type keelDriver struct {
 // useStream connects the per-member stream clients (they dial on first use).
 func (d *keelDriver) useStream() error {
 	for _, b := range d.bases {
-		c, err := client.New([]string{b}, client.Options{Stream: true, MaxRetries: -1})
+		c, err := client.New([]string{b}, client.Options{Stream: true, MaxRetries: -1, TLS: d.tlsCfg})
 		if err != nil {
 			return err
 		}

@@ -80,6 +80,8 @@ func compareCmd(args []string) error {
 	out := fs.String("out", "", "results dir (required)")
 	pidFile := fs.String("pids", "", "append each started server's PID to this file")
 	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member")
+	useTLS := fs.Bool("tls", false, "run both systems with TLS on client and peer ports and client certificates required, "+
+		"certificates made by keel tls (same scheme for both); otherwise plain text (keel -insecure)")
 	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream or http")
 	profileDir := fs.String("profile-dir", "", "capture CPU profiles of the leader and a follower during the main runs "+
 		"(keel needs -keel-bin pointing at keelprof; etcd gets --enable-pprof)")
@@ -116,16 +118,26 @@ func compareCmd(args []string) error {
 			switch sys {
 			case "etcd":
 				version = firstLine(*etcdBin, "--version")
+				if *useTLS {
+					version += " TLS"
+				}
 				newCl = func(sub string) Cluster {
-					return newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "")
+					tlsWith := ""
+					if *useTLS {
+						tlsWith = *keelBin
+					}
+					return newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "", tlsWith)
 				}
 			case "keel":
 				if *keelProto != "stream" && *keelProto != "http" {
 					return fmt.Errorf("-keel-protocol %q: want stream or http", *keelProto)
 				}
 				version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
+				if *useTLS {
+					version += " TLS"
+				}
 				newCl = func(sub string) Cluster {
-					return newKeelCluster(*keelBin, dir(sub), *pidFile, *profileDir != "", *keelProto)
+					return newKeelCluster(*keelBin, dir(sub), *pidFile, *profileDir != "", *keelProto, *useTLS)
 				}
 			default:
 				return fmt.Errorf("unknown system %q", sys)

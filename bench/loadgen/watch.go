@@ -103,7 +103,7 @@ func (d *etcdDriver) watchClient(node int) (*clientv3.Client, error) {
 	if c := d.watchers[node]; c != nil {
 		return c, nil
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{d.endpoints[node]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{d.endpoints[node]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: d.tls})
 	if err != nil {
 		return nil, err
 	}

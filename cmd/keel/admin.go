@@ -110,6 +110,12 @@ func newStatusCmd() *cobra.Command {
 			fmt.Fprintf(w, "term\t%d\n", st.Term)
 			fmt.Fprintf(w, "revision\t%d (compacted at %d)\n", st.Revision, st.CompactRevision)
 			fmt.Fprintf(w, "raft index\tapplied %d, commit %d, last %d\n", st.AppliedIndex, st.CommitIndex, st.LastLogIndex)
+			switch {
+			case st.TLS:
+				fmt.Fprintln(w, "security\tTLS on every port")
+			case st.Insecure:
+				fmt.Fprintln(w, "security\tINSECURE: plain text, no TLS (-insecure or -dev)")
+			}
 			fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSUFFRAGE\tLEADER")
 			for _, m := range st.Members {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", m.ID, m.Address, m.Suffrage, m.Leader)

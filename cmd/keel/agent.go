@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/versions"
@@ -55,6 +56,8 @@ type agentFlags struct {
 	noMigrate, migrateDryRun                                 bool
 	migrateRate                                              int
 	versionGCAfter                                           time.Duration
+	caFile, certFile, keyFile                                string
+	verifyClients, insecure                                  bool
 }
 
 func newAgentCmd() *cobra.Command {
@@ -66,14 +69,17 @@ func newAgentCmd() *cobra.Command {
 		Long: `Run a keel node.
 
   keel agent -dev                                   one node, data in a fresh temp dir
-  keel agent -data-dir D -bootstrap                 start a new cluster
-  keel agent -data-dir D -join 127.0.0.1:7371       join a cluster through any member
-  keel agent -data-dir D                            restart a node with existing data
+  keel agent -data-dir D -bootstrap $TLS            start a new cluster
+  keel agent -data-dir D -join 127.0.0.1:7371 $TLS  join a cluster through any member
+  keel agent -data-dir D $TLS                       restart a node with existing data
+
+where TLS="-ca-file keel-ca.pem -cert-file n1.pem -key-file n1-key.pem" (see keel tls).
+Outside -dev a node refuses to run without TLS unless -insecure says so.
 
 With gossip (-gossip-addr, or -bootstrap-expect), -join and -retry-join name gossip
 addresses, and one command line serves first start, restart and scale-out:
 
-  keel agent -data-dir D -gossip-addr 127.0.0.1:7372 -bootstrap-expect 3 -join 127.0.0.1:7382,127.0.0.1:7392`,
+  keel agent -data-dir D -gossip-addr 127.0.0.1:7372 -bootstrap-expect 3 -join 127.0.0.1:7382,127.0.0.1:7392 $TLS -encrypt KEY`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), f) },
 	}
@@ -99,6 +105,11 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.BoolVar(&f.migrateDryRun, "migrate-dry-run", false, "as leader, count what a migration would rewrite and write nothing")
 	fl.IntVar(&f.migrateRate, "migrate-rate", 500, "initial cluster-wide setting: objects per second the migrator rewrites at most (-1: unlimited); see keel migrate settings")
 	fl.DurationVar(&f.versionGCAfter, "version-gc-after", def.Versions.GCAfter, "as leader, remove the storage-version entries of a node gossip has declared dead this long ago")
+	fl.StringVar(&f.caFile, "ca-file", "", "CA certificate (PEM) that signs every node's certificate; with -cert-file and -key-file turns TLS on for every port (SIGHUP reloads all three)")
+	fl.StringVar(&f.certFile, "cert-file", "", "this node's certificate (PEM), made with keel tls cert create -node ID; its ID is the node's")
+	fl.StringVar(&f.keyFile, "key-file", "", "key of -cert-file (PEM)")
+	fl.BoolVar(&f.verifyClients, "verify-clients", false, "HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME)")
+	fl.BoolVar(&f.insecure, "insecure", false, "run without TLS outside -dev: every port plain text, open to anyone who reaches it")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
 	_ = fl.MarkHidden("test-log-faults")
 	return cmd
@@ -126,6 +137,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		cfg.Gossip = g
 		cfg.Raft.Join = nil
 		cfg.BootstrapExpect = f.bootstrapExpect
+	}
+	if err := securityConfig(&cfg, f); err != nil {
+		return err
 	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
 	if f.maxValueBytes > cfg.KV.MaxTxnBodyBytes { // a transaction can carry one value that large
@@ -165,13 +179,25 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	if err != nil {
 		return err
 	}
-	// SIGHUP re-reads -schema (as keel schema apply does, without force).
+	// SIGHUP reloads the TLS files and re-reads -schema (as keel schema apply does, without force).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go reloadOnSignal(ctx, hup, a.Reload, log)
-	fmt.Fprintf(os.Stdout, "keel node %s serving http://%s (raft %s, data dir %s)\n",
-		a.NodeID(), a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
+	go reloadOnSignal(ctx, hup, func(ctx context.Context) (*versions.SchemaChange, error) {
+		if err := a.ReloadTLS(); err != nil {
+			log.Error("TLS reload refused; the old certificates stay in use", "error", err)
+		}
+		if f.schema == "" {
+			return nil, nil // SIGHUP only reloaded the certificates
+		}
+		return a.Reload(ctx)
+	}, log)
+	scheme := "http"
+	if a.TLSEnabled() {
+		scheme = "https"
+	}
+	fmt.Fprintf(os.Stdout, "keel node %s serving %s://%s (raft %s, data dir %s)\n",
+		a.NodeID(), scheme, a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
 	if f.dev {
 		fmt.Fprintf(os.Stdout, "try: curl -X PUT http://%s/v1/kv/hello -d world && curl http://%s/v1/kv/hello?raw=true\n",
 			a.HTTPAddr(), a.HTTPAddr())
@@ -193,4 +219,28 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		return err
 	}
 	return serveErr
+}
+
+// errNoTLS is the refusal of a non-dev node without TLS: it says how to fix it.
+var errNoTLS = errors.New("agent: no TLS configured, and keel does not run a cluster node in plain text by default.\n" +
+	"  Secure (recommended): keel tls ca create && keel tls cert create -node ID, then\n" +
+	"    keel agent -ca-file keel-ca.pem -cert-file ID.pem -key-file ID-key.pem ...\n" +
+	"  Or accept that anyone who reaches the ports can read and change everything: add -insecure\n" +
+	"  (keel agent -dev needs neither)")
+
+// securityConfig applies the TLS flags, and refuses plain text outside -dev unless
+// -insecure says so.
+func securityConfig(cfg *agent.Config, f agentFlags) error {
+	cfg.TLS = tlsutil.Files{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile}
+	cfg.VerifyClients = f.verifyClients
+	switch {
+	case cfg.TLS.Enabled() && f.insecure:
+		return errors.New("agent: -insecure and -ca-file/-cert-file/-key-file are exclusive: choose one")
+	case cfg.TLS.Enabled():
+	case f.insecure || f.dev:
+		cfg.Insecure = true
+	default:
+		return errNoTLS
+	}
+	return nil
 }

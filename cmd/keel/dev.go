@@ -134,6 +134,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		cfg.Insecure = true // a throwaway cluster on loopback: plain text, and it says so
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -16,9 +16,11 @@ import (
 
 // globalFlags are shared by every client subcommand.
 type globalFlags struct {
-	addr    string
-	timeout time.Duration
-	output  string
+	addr string
+	// caFile, certFile and keyFile reach HTTPS nodes (env KEEL_CA_FILE, ...).
+	caFile, certFile, keyFile string
+	timeout                   time.Duration
+	output                    string
 }
 
 var global globalFlags
@@ -36,13 +38,16 @@ func newRootCmd() *cobra.Command {
 	if defAddr == "" {
 		defAddr = "127.0.0.1:7370"
 	}
-	pf.StringVar(&global.addr, "addr", defAddr, "HTTP address(es) of keel nodes, comma-separated (env KEEL_ADDR)")
+	pf.StringVar(&global.addr, "addr", defAddr, "HTTP address(es) of keel nodes, comma-separated, host:port or https://host:port (env KEEL_ADDR)")
+	pf.StringVar(&global.caFile, "ca-file", os.Getenv("KEEL_CA_FILE"), "CA certificate that signed the nodes' certificates; turns on https (env KEEL_CA_FILE)")
+	pf.StringVar(&global.certFile, "cert-file", os.Getenv("KEEL_CERT_FILE"), "client certificate, when the nodes verify clients (env KEEL_CERT_FILE)")
+	pf.StringVar(&global.keyFile, "key-file", os.Getenv("KEEL_KEY_FILE"), "key of -cert-file (env KEEL_KEY_FILE)")
 	pf.DurationVar(&global.timeout, "timeout", 30*time.Second, "deadline for one command")
 	pf.StringVarP(&global.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd())
 	return root
 }
 
@@ -54,7 +59,11 @@ func newClient() (*client.Client, error) {
 			addrs = append(addrs, a)
 		}
 	}
-	return client.New(addrs, client.Options{})
+	tlsCfg, err := clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(addrs, client.Options{TLS: tlsCfg})
 }
 
 // withTimeout is the context of one client command.

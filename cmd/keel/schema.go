@@ -118,6 +118,7 @@ func reloadOnSignal(ctx context.Context, sigs <-chan os.Signal, reload func(cont
 			switch {
 			case err != nil:
 				log.Error("schema reload refused; nothing changed", "error", err)
+			case ch == nil: // no schema to reload
 			default:
 				log.Info("schema reloaded", "file", ch.File, "change", strings.TrimPrefix(describeChange(ch), ": "))
 			}

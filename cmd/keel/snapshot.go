@@ -52,12 +52,14 @@ func newSnapshotCmd() *cobra.Command {
 			return nil
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	var forceForeign bool
+	restore := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Replace the whole cluster's state with a saved snapshot (disaster recovery)",
 		Long: `Replace the whole cluster's state with a snapshot saved by 'keel snapshot save'.
 The file is checked completely before anything changes. Only the leader restores: list
-every node in -addr and the command finds it.`,
+every node in -addr and the command finds it. A snapshot of another cluster is refused
+unless -force-foreign.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := withTimeout(cmd)
@@ -71,7 +73,7 @@ every node in -addr and the command finds it.`,
 				return err
 			}
 			defer f.Close()
-			err = c.RestoreSnapshot(ctx, f)
+			err = c.RestoreSnapshotWith(ctx, f, client.RestoreOptions{ForceForeign: forceForeign})
 			switch {
 			case err == nil:
 				fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s\n", args[0])
@@ -81,6 +83,8 @@ every node in -addr and the command finds it.`,
 			}
 			return err // a bad file: no other node will take it either
 		},
-	})
+	}
+	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a snapshot saved by another cluster (its data replaces this cluster's)")
+	cmd.AddCommand(restore)
 	return cmd
 }

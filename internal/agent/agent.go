@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
@@ -32,7 +33,8 @@ type Agent struct {
 	node      *raft.Node
 	server    *kv.Server
 	ln        net.Listener
-	gossip    *gossip // nil when gossip is off
+	gossip    *gossip           // nil when gossip is off
+	tls       *tlsutil.Reloader // nil without TLS
 	// versions is the storage-version manager; nil without a schema.
 	versions *versions.Manager
 	// migrator rewrites old-version objects while this node leads; nil without a
@@ -68,9 +70,25 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	tlsr, err := loadTLS(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTLSIdentity(tlsr, cfg.NodeID, cfg.TLS.CertFile); err != nil {
+		return nil, err // before the data dir is touched
+	}
 	id, err := loadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkTLSIdentity(tlsr, id, cfg.TLS.CertFile); err != nil {
+		return nil, err
+	}
+	restrictUmask()
+	if n, err := privatizeDataDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("agent: make the data dir private: %w", err)
+	} else if n > 0 {
+		log.Warn("narrowed permissions in the data dir to 0700/0600", "dir", cfg.DataDir, "entries", n)
 	}
 	cfg.NodeID = id
 	cfg.Raft.NodeID = id
@@ -78,13 +96,17 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	log = log.With("node", id)
 
 	a := &Agent{cfg: cfg, log: log, serveErr: make(chan error, 1), left: make(chan struct{}),
-		incarnation: membership.NewIncarnation()}
+		incarnation: membership.NewIncarnation(), tls: tlsr}
+	if cfg.Insecure {
+		log.Warn("INSECURE: -insecure given: every port is plain text and unauthenticated; anyone who reaches them can read and change all data")
+	}
 	if err := a.start(ctx); err != nil {
 		// One path unwinds any partial start: Close checks every part.
 		a.Close(ctx)
 		return nil, err
 	}
-	log.Info("keel agent started", "http", a.HTTPAddr(), "raft", cfg.Raft.BindAddr, "data_dir", cfg.DataDir)
+	log.Info("keel agent started", "http", a.HTTPAddr(), "raft", cfg.Raft.BindAddr, "data_dir", cfg.DataDir,
+		"tls", tlsr != nil, "insecure", cfg.Insecure)
 	return a, nil
 }
 
@@ -101,8 +123,9 @@ func (a *Agent) start(ctx context.Context) error {
 	rcfg := cfg.Raft
 	rcfg.Logger = a.log.Named("raft")
 	rcfg.FormatsFromGossip = cfg.Gossip != nil
+	rcfg.TLS = a.tls
 	if len(rcfg.Join) > 0 {
-		rcfg.Join = resolveJoin(ctx, rcfg.Join, a.log)
+		rcfg.Join = resolveJoin(ctx, rcfg.Join, a.clientTLS(), a.log)
 	}
 	if a.node, err = raft.Open(ctx, rcfg, a.store); err != nil {
 		return fmt.Errorf("open raft: %w", err)
@@ -110,6 +133,11 @@ func (a *Agent) start(ctx context.Context) error {
 	a.compactor = fsm.StartCompactor(a.store)
 	kcfg := cfg.KV
 	kcfg.Addr = ln.Addr().String()
+	kcfg.Insecure = cfg.Insecure
+	if a.tls != nil {
+		kcfg.TLS = a.tls.HTTPServerConfig(cfg.VerifyClients)
+		kcfg.RequireClientCert = cfg.VerifyClients
+	}
 	if a.server, err = kv.NewServer(kcfg, a.node, a.log.Named("http")); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -21,6 +22,8 @@ type testCluster struct {
 	t      *testing.T
 	agents []*Agent
 	cfgs   []Config
+	// clientTLS, when set (newTLSTestCluster), is how tests reach the nodes' HTTPS.
+	clientTLS *tls.Config
 }
 
 // freeAddr is a loopback address whose port (TCP and UDP) was free a moment ago,
@@ -53,10 +56,20 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func newTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
+	return newTestClusterWith(t, n, nil, nil)
+}
+
+// newTestClusterWith is newTestCluster with tune applied to each node's config, and
+// clientTLS used to reach HTTPS nodes.
+func newTestClusterWith(t *testing.T, n int, clientTLS *tls.Config, tune func(*Config)) *testCluster {
+	t.Helper()
 	dir := t.TempDir()
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, clientTLS: clientTLS}
 	for i := 0; i < n; i++ {
 		cfg := testConfig(t, dir, fmt.Sprintf("n%d", i+1))
+		if tune != nil {
+			tune(&cfg)
+		}
 		if i == 0 {
 			cfg.Raft.Bootstrap = true
 		} else {
@@ -115,7 +128,7 @@ func (c *testCluster) restart(i int) {
 
 func (c *testCluster) client(i int) *client.Client {
 	c.t.Helper()
-	cl, err := client.New([]string{c.agents[i].HTTPAddr()}, client.Options{MaxRetries: 20})
+	cl, err := client.New([]string{c.agents[i].HTTPAddr()}, client.Options{MaxRetries: 20, TLS: c.clientTLS})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -126,9 +139,14 @@ func (c *testCluster) client(i int) *client.Client {
 func (c *testCluster) waitReady(i int) {
 	c.t.Helper()
 	url := "http://" + c.agents[i].HTTPAddr() + "/readyz"
+	hc := http.DefaultClient
+	if c.clientTLS != nil {
+		url = "https://" + c.agents[i].HTTPAddr() + "/readyz"
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: c.clientTLS}}
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(url)
+		resp, err := hc.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

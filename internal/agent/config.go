@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
@@ -51,6 +52,17 @@ type Config struct {
 	// NoMigrate makes automatic migrations off in the initial cluster-wide settings:
 	// old-version objects move only when rewritten or when an operator starts one.
 	NoMigrate bool
+	// TLS names the CA, certificate and key of the node: HTTPS (and the stream
+	// protocol) on the HTTP port, mutual TLS on the Raft port, and gossip must be
+	// encrypted. The certificate must be a node certificate (keel://node/<id>); when
+	// NodeID is empty and the data dir holds none, the node takes the certificate's ID.
+	TLS tlsutil.Files
+	// VerifyClients makes the HTTP port require client certificates signed by the CA.
+	VerifyClients bool
+	// Insecure records that the operator chose plain text outside dev mode: logged
+	// and shown in /v1/status. (The refusal to start without it is the CLI's.)
+	Insecure bool
+
 	// MaxCommandFormat, when > 0, makes the node announce (and propose) no command
 	// format newer than this: what a node of an older release does. For upgrade tests.
 	MaxCommandFormat int
@@ -85,6 +97,24 @@ func (c Config) Validate() error {
 	}
 	if c.BootstrapExpect > 0 && c.Gossip == nil {
 		return errors.New("agent: bootstrap-expect needs gossip (a gossip address)")
+	}
+	if c.TLS.Enabled() {
+		if err := c.TLS.Validate(); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		if c.TLS.CertFile == "" {
+			return errors.New("agent: TLS needs the node's certificate and key (-cert-file, -key-file), not only -ca-file")
+		}
+		if c.Gossip != nil && len(c.Gossip.EncryptKey) == 0 {
+			return errors.New("agent: with TLS on, gossip must be encrypted too: pass -encrypt KEY " +
+				"(the same on every node; make one with keel tls gossip-key)")
+		}
+	}
+	if c.VerifyClients && !c.TLS.Enabled() {
+		return errors.New("agent: -verify-clients needs TLS (-ca-file, -cert-file, -key-file)")
+	}
+	if c.Insecure && c.TLS.Enabled() {
+		return errors.New("agent: -insecure and TLS files are exclusive: choose one")
 	}
 	if c.BootstrapExpect > 0 && c.Raft.Bootstrap {
 		return errors.New("agent: bootstrap and bootstrap-expect are exclusive")

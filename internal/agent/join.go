@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -13,11 +14,11 @@ import (
 // `keel status` or the README: each address that answers GET /v1/status is replaced
 // by the Raft address that node reports. Addresses that do not answer HTTP (Raft
 // addresses, or members not up yet) are kept as given.
-func resolveJoin(ctx context.Context, addrs []string, log hclog.Logger) []string {
+func resolveJoin(ctx context.Context, addrs []string, tlsCfg *tls.Config, log hclog.Logger) []string {
 	out := make([]string, len(addrs))
 	for i, addr := range addrs {
 		out[i] = addr
-		if raftAddr := raftAddrOf(ctx, addr); raftAddr != "" && raftAddr != addr {
+		if raftAddr := raftAddrOf(ctx, addr, tlsCfg); raftAddr != "" && raftAddr != addr {
 			log.Info("-join names an HTTP address: joining through that node's Raft address",
 				"http", addr, "raft", raftAddr)
 			out[i] = raftAddr
@@ -28,8 +29,8 @@ func resolveJoin(ctx context.Context, addrs []string, log hclog.Logger) []string
 
 // raftAddrOf asks the keel node at httpAddr for its Raft address, once, within a
 // second; "" when it is not a keel HTTP API.
-func raftAddrOf(ctx context.Context, httpAddr string) string {
-	c, err := client.New([]string{httpAddr}, client.Options{MaxRetries: -1, DialTimeout: time.Second})
+func raftAddrOf(ctx context.Context, httpAddr string, tlsCfg *tls.Config) string {
+	c, err := client.New([]string{httpAddr}, client.Options{MaxRetries: -1, DialTimeout: time.Second, TLS: tlsCfg})
 	if err != nil {
 		return ""
 	}

@@ -54,13 +54,45 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, http.StatusBadRequest, "BadRequest", "reading the snapshot: "+err.Error())
 		return
 	}
-	err = a.node.RestoreSnapshot(ctx, f)
+	force := r.URL.Query().Get("force_foreign") == "true"
+	err = a.node.RestoreSnapshot(ctx, f, func(id string) error { return a.acceptSnapshotCluster(id, force) })
 	switch {
-	case errors.Is(err, fsm.ErrCorrupt), errors.Is(err, fsm.ErrUnknownFormat):
-		writeAgentError(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("not a keel snapshot (nothing changed): %v", err))
+	case errors.Is(err, errForeignSnapshot):
+		writeAgentError(w, http.StatusBadRequest, "BadRequest", err.Error())
+	case errors.Is(err, fsm.ErrCorrupt):
+		writeAgentError(w, http.StatusBadRequest, "BadRequest",
+			fmt.Sprintf("the snapshot file is damaged (truncated, or a checksum or length does not match); nothing changed: %v", err))
+	case errors.Is(err, fsm.ErrNotSnapshot):
+		writeAgentError(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("not a keel snapshot; nothing changed: %v", err))
+	case errors.Is(err, fsm.ErrUnknownFormat):
+		writeAgentError(w, http.StatusBadRequest, "BadRequest",
+			fmt.Sprintf("the snapshot was written by a newer keel release; nothing changed: %v", err))
 	case err != nil:
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 	default:
 		writeAgentJSON(w, http.StatusOK, api.SnapshotRestoreResponse{Restored: strconv.FormatInt(n, 10) + " bytes"})
 	}
+}
+
+// errForeignSnapshot: a restore of another cluster's snapshot, refused without force.
+var errForeignSnapshot = errors.New("agent: foreign snapshot")
+
+// acceptSnapshotCluster refuses a snapshot of another cluster (or one that names no
+// cluster) unless force: restoring it would replace this cluster's data with another's.
+// A cluster that has no ID yet (never initialized) accepts any snapshot.
+func (a *Agent) acceptSnapshotCluster(snapID string, force bool) error {
+	ours, _, ok := a.store.ClusterMeta()
+	if !ok || ours == "" || snapID == ours {
+		return nil
+	}
+	if force {
+		a.log.Warn("restoring a snapshot of another cluster (forced)", "snapshot_cluster", snapID, "cluster", ours)
+		return nil
+	}
+	what := fmt.Sprintf("cluster %q", snapID)
+	if snapID == "" {
+		what = "no cluster"
+	}
+	return fmt.Errorf("%w: the snapshot belongs to %s, this is cluster %q: refused, nothing changed "+
+		"(to replace this cluster's data with it anyway: keel snapshot restore -force-foreign)", errForeignSnapshot, what, ours)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,61 @@ func TestSnapshotSaveAndRestoreCluster(t *testing.T) {
 	if _, err := cl.Put(ctx, "after", []byte("restore")); err != nil {
 		t.Fatalf("write after restore: %v", err)
 	}
+}
+
+// TestSnapshotRestoreRefusesForeignAndSaysDamaged: a snapshot of another cluster is
+// refused (400, naming both clusters) and changes nothing, unless forced; a damaged
+// file is called damaged, another file "not a keel snapshot".
+func TestSnapshotRestoreRefusesForeignAndSaysDamaged(t *testing.T) {
+	ours, theirs := newTestCluster(t, 1), newTestCluster(t, 1)
+	ctx := context.Background()
+	cl, other := ours.client(0), theirs.client(0)
+	if _, err := cl.Put(ctx, "k", []byte("ours")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Put(ctx, "k", []byte("theirs")); err != nil {
+		t.Fatal(err)
+	}
+	body, err := other.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := io.ReadAll(body)
+	body.Close()
+	body, err = cl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := io.ReadAll(body)
+	body.Close()
+
+	for i, tc := range []struct {
+		file []byte
+		want string
+	}{
+		{foreign, "belongs to cluster"},
+		{own[:len(own)/2], "damaged"},
+		{flip(own, len(own)-2), "damaged"},
+		{[]byte("PK\x03\x04 a zip file, not a snapshot"), "not a keel snapshot"},
+	} {
+		err := cl.RestoreSnapshot(ctx, bytes.NewReader(tc.file))
+		if !client.IsBadRequest(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("#%d: restore = %v, want 400 saying %q", i, err, tc.want)
+		}
+		if kv, err := cl.Get(ctx, "k"); err != nil || string(kv.Value) != "ours" {
+			t.Fatalf("#%d: after a refused restore k = %q, %v; want ours", i, kv.Value, err)
+		}
+	}
+	if err := cl.RestoreSnapshotWith(ctx, bytes.NewReader(foreign), client.RestoreOptions{ForceForeign: true}); err != nil {
+		t.Fatalf("forced foreign restore: %v", err)
+	}
+	if kv, err := cl.Get(ctx, "k"); err != nil || string(kv.Value) != "theirs" {
+		t.Fatalf("after the forced restore k = %q, %v; want theirs", kv.Value, err)
+	}
+}
+
+func flip(b []byte, i int) []byte {
+	b = bytes.Clone(b)
+	b[i] ^= 0xff
+	return b
 }

@@ -64,6 +64,15 @@ const (
 	// ReasonTooManyWatches (429): the node serves its maximum of watches; retry later
 	// or on another node.
 	ReasonTooManyWatches = "TooManyWatches"
+	// ReasonTooManyRequests (429): the node runs its maximum of requests at once;
+	// nothing was done. Retry later or on another node.
+	ReasonTooManyRequests = "TooManyRequests"
+	// ReasonTooManyConnections (429): the node holds its maximum of client
+	// connections; the connection is closed after the answer.
+	ReasonTooManyConnections = "TooManyConnections"
+	// ReasonClientCertRequired (401): the node verifies clients (-verify-clients) and
+	// the request came without a client certificate of the cluster CA.
+	ReasonClientCertRequired = "ClientCertRequired"
 	// ReasonTooLarge (413): the value or body exceeds the server's limit.
 	ReasonTooLarge = "TooLarge"
 	// ReasonHeadersTooLarge (431): the request's header exceeds the server's limit.

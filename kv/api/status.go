@@ -33,6 +33,11 @@ type StatusResponse struct {
 	LastLogIndex uint64 `json:"last_log_index"`
 	// Members is the raft configuration as this node sees it.
 	Members []Member `json:"members"`
+	// TLS says whether this node's ports use TLS (HTTPS, mutual TLS on Raft).
+	TLS bool `json:"tls"`
+	// Insecure is true when the node was started with -insecure: plain text on every
+	// port, anyone who reaches a port can talk to it.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // Member is one server of the raft configuration.

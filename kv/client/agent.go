@@ -87,14 +87,30 @@ func (c *Client) Snapshot(ctx context.Context) (io.ReadCloser, error) {
 
 // RestoreSnapshot replaces the whole cluster's state with the snapshot in r (POST
 // /v1/agent/snapshot). Only the leader accepts it: followers answer 503 and the client
-// moves on to the next node, rewinding r. A 400 means the file is not a whole keel
-// snapshot and nothing changed.
+// moves on to the next node, rewinding r. A 400 means the file is damaged, not a keel
+// snapshot, or another cluster's (see RestoreOptions.ForceForeign); nothing changed.
 func (c *Client) RestoreSnapshot(ctx context.Context, r io.ReadSeeker) error {
+	return c.RestoreSnapshotWith(ctx, r, RestoreOptions{})
+}
+
+// RestoreOptions tune RestoreSnapshotWith.
+type RestoreOptions struct {
+	// ForceForeign restores a snapshot saved by another cluster (refused with 400
+	// otherwise): that cluster's data replaces this one's.
+	ForceForeign bool
+}
+
+// RestoreSnapshotWith is RestoreSnapshot with options.
+func (c *Client) RestoreSnapshotWith(ctx context.Context, r io.ReadSeeker, o RestoreOptions) error {
+	path := api.PathAgentSnapshot
+	if o.ForceForeign {
+		path += "?force_foreign=true"
+	}
 	return c.retry(ctx, true, func(base string) (time.Duration, error) {
 		if _, err := r.Seek(0, io.SeekStart); err != nil {
 			return 0, fmt.Errorf("client: rewind snapshot: %w", err)
 		}
-		resp, ra, err := c.send(ctx, base, http.MethodPost, api.PathAgentSnapshot, io.NopCloser(r), api.ContentTypeSnapshot)
+		resp, ra, err := c.send(ctx, base, http.MethodPost, path, io.NopCloser(r), api.ContentTypeSnapshot)
 		if err != nil {
 			return ra, err
 		}

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,8 +41,13 @@ type Options struct {
 	// protocol: one binary connection per node with many requests in flight, much
 	// cheaper per request than HTTP for both sides. Lists, transactions and the rest
 	// stay on HTTP, and so does everything for a node that does not offer the protocol
-	// (an older release) or an https address. Call Close when done with the client.
+	// (an older release). Call Close when done with the client.
 	Stream bool
+	// TLS configures https:// addresses (the cluster CA in RootCAs, and a client
+	// certificate when the nodes verify clients); nil: the system roots. A bare
+	// "host:port" address becomes https:// when TLS is set. Ignored when HTTPClient
+	// is given.
+	TLS *tls.Config
 }
 
 func (o Options) withDefaults() Options {
@@ -81,6 +87,7 @@ func newTransport(o Options) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // the server bounds its own work; ctx bounds ours
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       o.TLS,
 	}
 }
 
@@ -104,7 +111,11 @@ func New(addrs []string, opts Options) (*Client, error) {
 	c := &Client{opts: opts.withDefaults(), streams: map[string]*streamNode{}}
 	for _, a := range addrs {
 		if !strings.Contains(a, "://") {
-			a = "http://" + a
+			if opts.TLS != nil {
+				a = "https://" + a
+			} else {
+				a = "http://" + a
+			}
 		}
 		u, err := url.Parse(a)
 		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {

@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -54,14 +55,26 @@ type streamConn struct {
 	err     error // why the connection died
 }
 
-// dialStream connects to the node at base (http://host:port) and upgrades.
-func dialStream(ctx context.Context, base string, timeout time.Duration) (*streamConn, error) {
-	host, ok := strings.CutPrefix(base, "http://")
-	if !ok {
-		return nil, errNoStream // https: the stream protocol has no TLS yet
+// dialStream connects to the node at base (http://host:port, or https://host:port
+// with tlsCfg) and upgrades.
+func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg *tls.Config) (*streamConn, error) {
+	host, secure := strings.CutPrefix(base, "https://")
+	if !secure {
+		host = strings.TrimPrefix(base, "http://")
 	}
 	d := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", host)
+	var conn net.Conn
+	var err error
+	if secure {
+		cfg := tlsCfg.Clone()
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		cfg.NextProtos = []string{"http/1.1"}
+		conn, err = (&tls.Dialer{NetDialer: &d, Config: cfg}).DialContext(ctx, "tcp", host)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", host)
+	}
 	if err != nil {
 		return nil, &notSentError{fmt.Errorf("client: stream to %s: %w", host, err)}
 	}
@@ -236,7 +249,7 @@ func (c *Client) streamTo(ctx context.Context, base string) (*streamConn, error)
 	if !n.noStr.IsZero() && time.Since(n.noStr) < noStreamRecheck {
 		return nil, errNoStream
 	}
-	conn, err := dialStream(ctx, base, c.opts.DialTimeout)
+	conn, err := dialStream(ctx, base, c.opts.DialTimeout, c.opts.TLS)
 	if errors.Is(err, errNoStream) {
 		n.noStr = time.Now()
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/internal/tlsutil"
 )
 
 func main() {
@@ -43,6 +44,11 @@ func main() {
 	bootstrap := fs.Bool("bootstrap", false, "start a new cluster")
 	pprofAddr := fs.String("pprof-addr", "", "serve /debug/pprof here (loopback)")
 	logLevel := fs.String("log-level", "info", "log level")
+	insecure := fs.Bool("insecure", false, "plain text (as keel agent -insecure)")
+	caFile := fs.String("ca-file", "", "CA certificate")
+	certFile := fs.String("cert-file", "", "node certificate")
+	keyFile := fs.String("key-file", "", "node key")
+	verifyClients := fs.Bool("verify-clients", false, "require client certificates")
 	fs.Parse(args)
 
 	log := hclog.New(&hclog.LoggerOptions{Name: "keel", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
@@ -53,6 +59,9 @@ func main() {
 	cfg.HTTPAddr = *httpAddr
 	cfg.Raft.BindAddr = *raftAddr
 	cfg.Raft.Bootstrap = *bootstrap
+	cfg.Insecure = *insecure
+	cfg.TLS = tlsutil.Files{CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile}
+	cfg.VerifyClients = *verifyClients
 	if *join != "" {
 		cfg.Raft.Join = strings.Split(*join, ",")
 	}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package agent
+
+func restrictUmask() int { return 0 }
