@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,4 +88,13 @@ func (n *Node) voterFormat(m Member) byte {
 		return f
 	}
 	return fsm.MinCommandFormat
+}
+
+// VoterFormats returns, per voter this node has polled (itself excluded), the newest
+// command format it last said it applies; empty with gossip (FormatsFromGossip) or
+// before the first answers.
+func (n *Node) VoterFormats() map[string]byte {
+	n.peerFormats.mu.Lock()
+	defer n.peerFormats.mu.Unlock()
+	return maps.Clone(n.peerFormats.known)
 }

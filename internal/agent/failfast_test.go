@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/chaos"
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
@@ -143,6 +144,26 @@ func TestKeepAliveForwardedPastALeaderCutOff(t *testing.T) {
 	g, err := cl.Grant(ctx, ttl)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every node must have heard every other voter say it applies leases (format 3)
+	// before the cut: a voter never heard from counts as the oldest format, and a
+	// successor that never heard from the old leader holds every lease command until it
+	// answers (raft/formats.go) — true of a cluster a second old, not this test's point.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		heard := true
+		for _, a := range c.agents {
+			known := a.Node().VoterFormats()
+			heard = heard && len(known) == size-1
+			for _, f := range known {
+				heard = heard && f >= fsm.CommandFormatV3
+			}
+		}
+		if heard {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the nodes did not hear every voter apply command format 3 within 10 s")
+		}
 	}
 	var rest []string
 	for i, id := range ids {
