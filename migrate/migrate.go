@@ -153,6 +153,7 @@ func (m *Migrator) loop(ctx context.Context) {
 				}
 				busy = busy || more
 			}
+			busy = m.stepKeyMigrations(ctx) || busy
 		}
 		wait := m.cfg.Interval
 		if busy {

@@ -20,13 +20,13 @@ const ReasonPhaseRefused = "PhaseRefused"
 
 // Phases of a key migration (Teleport RFD 126).
 const (
-	KeyPhaseOld      = 0 // old keys only
-	KeyPhaseMirror   = 1 // writes to old and new keys, reads from old
-	KeyPhaseReadNew  = 2 // writes to both, reads from new with fallback to old
-	KeyPhaseCopy     = 3 // as 2, plus a background copy of every old key to the new range
-	KeyPhaseNew      = 4 // new keys only
-	KeyPhaseDelete   = 5 // new keys only, plus a background delete of the old keys
-	KeyPhaseMax      = KeyPhaseDelete
+	KeyPhaseOld     = 0 // old keys only
+	KeyPhaseMirror  = 1 // writes to old and new keys, reads from old
+	KeyPhaseReadNew = 2 // writes to both, reads from new with fallback to old
+	KeyPhaseCopy    = 3 // as 2, plus a background copy of every old key to the new range
+	KeyPhaseNew     = 4 // new keys only
+	KeyPhaseDelete  = 5 // new keys only, plus a background delete of the old keys
+	KeyPhaseMax     = KeyPhaseDelete
 )
 
 // KeyPhaseRecord is the replicated phase record of one key migration, stored under the
@@ -41,7 +41,7 @@ type KeyPhaseRecord struct {
 	// RollbackTo is set while a rollback from phase 4 copies the new keys back to the
 	// old ones: writes go to both keys again, reads come from the new keys only; once
 	// the copy is done the phase becomes RollbackTo.
-	RollbackTo *int            `json:"rollbackTo,omitempty"`
+	RollbackTo *int             `json:"rollbackTo,omitempty"`
 	Last       *PhaseTransition `json:"last,omitempty"`
 	// Revision is the record's mod revision (set on read; 0 when absent).
 	Revision int64 `json:"-"`
@@ -64,9 +64,12 @@ type KeyWork struct {
 	Name string `json:"name"`
 	// Kind is "copy", "delete" or "reverse"; Phase the phase (and rollback target) it
 	// belongs to: a record of another phase is stale.
-	Kind         string `json:"kind"`
-	PhaseRev     int64  `json:"phaseRevision"` // mod revision of the phase record it works under
-	State        string `json:"state"`         // "Running", "Done"
+	Kind     string `json:"kind"`
+	PhaseRev int64  `json:"phaseRevision"` // mod revision of the phase record it works under
+	State    string `json:"state"`         // "Running", "Done"
+	// Stage of a reverse copy: 0 copies new keys back, 1 deletes old keys whose new key
+	// was deleted in phase 4.
+	Stage        int    `json:"stage,omitempty"`
 	ScanRevision int64  `json:"scanRevision,omitempty"`
 	NextKey      []byte `json:"nextKey,omitempty"`
 	Scanned      int64  `json:"scanned"`
