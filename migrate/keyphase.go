@@ -28,6 +28,8 @@ type KeyMember struct {
 	// Known: the member's metadata is known (it announces what it supports); an
 	// unknown member blocks every advance.
 	Known bool
+	// Alive: gossip sees the member alive; a failed member cannot confirm anything.
+	Alive bool
 	// Phases maps each key migration the member supports to the phase it applies.
 	Phases map[string]int
 }
@@ -84,6 +86,8 @@ func membersBlock(name string, phase int, members []KeyMember) string {
 		switch {
 		case !m.Known:
 			return fmt.Sprintf("node %s: its metadata is unknown", m.ID)
+		case !m.Alive:
+			return fmt.Sprintf("node %s is not alive (gossip), so it cannot confirm phase %d", m.ID, phase)
 		case !ok:
 			return fmt.Sprintf("node %s (release %s) does not support key migration %s", m.ID, m.Release, name)
 		case p != phase:
@@ -102,6 +106,8 @@ func MemberStatus(name string, phase int, members []KeyMember) []api.KeyMigratio
 		switch {
 		case !m.Known:
 			n.Status = "unknown"
+		case !m.Alive:
+			n.Status = "failed"
 		case !ok:
 			n.Status = "unsupported"
 		case p != phase:

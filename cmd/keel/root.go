@@ -42,7 +42,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd())
 	return root
 }
 

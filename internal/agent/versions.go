@@ -47,6 +47,7 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	a.versionsMetrics.Store(m)
 	a.server.SetResources(m)
 	a.server.AddReadyCheck("storage-versions", m.Ready)
+	a.server.AddReadyCheck("key-migrations", a.keyMigrationsReady)
 	m.Open(ctx)
 	mcfg := a.cfg.Migrate
 	mcfg.Schema, mcfg.Store, mcfg.Logger = a.cfg.Schema, a.node, a.log.Named("migrate")
