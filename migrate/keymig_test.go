@@ -60,7 +60,7 @@ func (f *keyFixture) seed(n int) {
 	var ops []fsm.Op
 	for i := range n {
 		ops = append(ops, fsm.Op{Type: fsm.OpPut, Key: []byte(fmt.Sprintf("%sw-%06d", f.k.From, i)),
-			Value: []byte(fmt.Sprintf(`{"apiVersion":"apps/v1","metadata":{"name":"w-%06d"},"spec":{"size":%d}}`, i, i)),
+			Value:    []byte(fmt.Sprintf(`{"apiVersion":"apps/v1","metadata":{"name":"w-%06d"},"spec":{"size":%d}}`, i, i)),
 			Encoding: "apps/widgets/v1"})
 	}
 	f.apply(ops...)
