@@ -268,10 +268,10 @@ func (m *Migrator) keyChunk(ctx context.Context, view *fsm.View, k *versions.Key
 	if nextKey == nil {
 		next.ScanRevision = 0 // scanned: the next step counts what is left
 	}
-	updateKeyRate(&next, w, len(kvs), time.Now())
 	if err := m.wait(ctx, len(todo)); err != nil {
 		return err
 	}
+	updateKeyRate(&next, w, len(kvs), time.Now()) // after the wait: the rate the limit allows
 	return m.saveWork(ctx, rec, &next, todo)
 }
 

@@ -151,10 +151,14 @@ func printKeyMigration(w io.Writer, st *api.KeyMigrationStatus) {
 	}
 	fmt.Fprintf(w, "  %s\n", phase)
 	if wk := st.Work; wk != nil {
-		fmt.Fprintf(w, "  %s %s: %d/%d scanned, %d written, %d skipped, %d left", wk.Kind, wk.State, wk.Scanned,
-			wk.Total, wk.Written, wk.Skipped, wk.Left)
-		if wk.State == "Running" && wk.KeysPerSecond > 0 {
-			fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond))
+		fmt.Fprintf(w, "  %s %s: %d/%d scanned, %d written, %d skipped", wk.Kind, wk.State, wk.Scanned,
+			wk.Total, wk.Written, wk.Skipped)
+		if wk.State == "Running" {
+			if wk.KeysPerSecond > 0 {
+				fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond))
+			}
+		} else {
+			fmt.Fprintf(w, ", %d left (exact)", wk.Left)
 		}
 		fmt.Fprintln(w)
 	}
@@ -182,10 +186,10 @@ func printKeyMigration(w io.Writer, st *api.KeyMigrationStatus) {
 
 // keyProgressLine renders one key migration as a progress line:
 //
-//	widgets-v2-keys  phase 3 copy [#########...........]  45% 4.5k/10k 512/s ETA 11s
+//	widgets-v2-keys  3 copy [#########...........]  45% 4.5k/10k 512/s ETA 11s
 func keyProgressLine(st *api.KeyMigrationStatus, width int) string {
 	const barWidth = 20
-	line := fmt.Sprintf("%-18s phase %d", fitLine(st.Name, 18), st.Phase)
+	line := fmt.Sprintf("%-16s %d", fitLine(st.Name, 16), st.Phase)
 	wk := st.Work
 	if wk == nil {
 		return fitLine(line+" (no background work in this phase)", width)
