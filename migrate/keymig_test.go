@@ -190,7 +190,13 @@ func TestKeyCopyDeleteRollback(t *testing.T) {
 	if _, err := Rollback(context.Background(), f.n, f.k, 3, Transition{By: "test"}); err != nil {
 		t.Fatalf("rollback 4 → 3: %v", err)
 	}
+	f.announce(3)
+	// The reverse copy, the switch to phase 3, then phase 3's copy, which finds every
+	// old key with its new key.
 	w = f.stepUntilDone(m)
+	if w.Kind != workCopy || w.State != workDone || w.Written != 0 {
+		t.Fatalf("the copy after the rollback = %+v, want Done with nothing to copy", w)
+	}
 	rec, _ := versions.ReadKeyPhase(f.view(), f.k.Name)
 	if rec.Phase != 3 || rec.RollbackTo != nil || rec.Last.Kind != "rollback-done" {
 		t.Fatalf("after the reverse copy: phase record %+v", rec)
@@ -202,8 +208,6 @@ func TestKeyCopyDeleteRollback(t *testing.T) {
 	if _, err := view.Get([]byte(f.k.From+"w-000002"), 0); !errors.Is(err, fsm.ErrKeyNotFound) {
 		t.Fatalf("old key of w-000002, deleted in phase 4, survived the rollback: %v", err)
 	}
-	f.announce(3)
-	f.stepUntilDone(m) // the copy of the new phase 3 finds nothing to do
 	for _, p := range []int{4, 5} {
 		if err := f.advance(p); err != nil {
 			t.Fatalf("advance to %d: %v", p, err)
