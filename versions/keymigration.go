@@ -170,17 +170,26 @@ func ReadKeyPhaseAt(view *fsm.View, name string, rev int64) (*api.KeyPhaseRecord
 	if err != nil {
 		return nil, err
 	}
-	rec := &api.KeyPhaseRecord{Name: name}
 	if !found {
-		return rec, nil
+		return &api.KeyPhaseRecord{Name: name}, nil
 	}
-	if err := json.Unmarshal(kv.Value, rec); err != nil {
+	return decodeKeyPhase(name, kv.Value, kv.ModRevision)
+}
+
+// decodeKeyPhase decodes a stored phase record: JSON, a phase in 0..5 and, when set, a
+// rollback target before phase 4. Anything else is an error naming the migration.
+func decodeKeyPhase(name string, value []byte, rev int64) (*api.KeyPhaseRecord, error) {
+	rec := &api.KeyPhaseRecord{Name: name}
+	if err := json.Unmarshal(value, rec); err != nil {
 		return nil, fmt.Errorf("decode key migration phase of %s: %w", name, err)
 	}
 	if rec.Phase < 0 || rec.Phase > api.KeyPhaseMax {
 		return nil, fmt.Errorf("key migration %s: stored phase %d out of range", name, rec.Phase)
 	}
-	rec.Revision = kv.ModRevision
+	if rec.RollbackTo != nil && (*rec.RollbackTo < 0 || *rec.RollbackTo >= api.KeyPhaseNew) {
+		return nil, fmt.Errorf("key migration %s: stored rollback target %d out of range", name, *rec.RollbackTo)
+	}
+	rec.Name, rec.Revision = name, rev
 	return rec, nil
 }
 

@@ -99,3 +99,26 @@ func TestKeyPlan(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeKeyPhase: a stored phase record (bytes from the Raft log) never panics the
+// decoder, and whatever it accepts has a phase the plan table covers and a rollback
+// target before phase 4.
+func FuzzDecodeKeyPhase(f *testing.F) {
+	for _, s := range []string{`{"name":"m","phase":3}`, `{"phase":4,"rollbackTo":2}`, `{"phase":9}`,
+		`{"phase":4,"rollbackTo":4}`, `{"phase":-1}`, `null`, `{"phase":"2"}`, `{"last":{"from":1,"to":2}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := decodeKeyPhase("m", b, 7)
+		if err != nil {
+			return
+		}
+		if rec.Phase < 0 || rec.Phase > api.KeyPhaseMax || rec.Name != "m" || rec.Revision != 7 {
+			t.Fatalf("accepted %+v", rec)
+		}
+		if rec.RollbackTo != nil && (*rec.RollbackTo < 0 || *rec.RollbackTo > 3) {
+			t.Fatalf("accepted rollback target %d", *rec.RollbackTo)
+		}
+		Plan(rec) // never panics
+	})
+}
