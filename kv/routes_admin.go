@@ -148,7 +148,7 @@ func (s *Server) writeVerboseReady(w http.ResponseWriter, ctx context.Context) {
 	var b strings.Builder
 	ok := true
 	for _, c := range s.readinessChecks(ctx) {
-		if note, ok := readyNote(c.err); ok {
+		if note, isNote := readyNote(c.err); isNote {
 			fmt.Fprintf(&b, "[+]%s ok: %s\n", c.name, note)
 		} else if c.err == nil {
 			fmt.Fprintf(&b, "[+]%s ok\n", c.name)

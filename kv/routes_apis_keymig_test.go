@@ -196,3 +196,18 @@ func TestKeyMigrationTypedWrites(t *testing.T) {
 	ts.setPhase(t, 5, nil)
 	ts.expectError(http.MethodGet, "/apis/apps/v1/widgets?watch=true", nil, http.StatusNotFound, api.ReasonNotFound)
 }
+
+// TestReadyNote: a check that passes with a note counts as passing and prints the note
+// in /readyz?verbose.
+func TestReadyNote(t *testing.T) {
+	ts := newTestServer(t)
+	ts.srv.AddReadyCheck("key-migrations", func(context.Context) error { return ReadyNote("m phase 3") })
+	code, body, _ := ts.do(http.MethodGet, "/readyz?verbose", nil)
+	if code != http.StatusOK || !strings.Contains(string(body), "[+]key-migrations ok: m phase 3\n") ||
+		!strings.Contains(string(body), "readyz check passed") {
+		t.Fatalf("readyz?verbose = %d\n%s", code, body)
+	}
+	if code, body, _ := ts.do(http.MethodGet, "/readyz", nil); code != http.StatusOK {
+		t.Fatalf("readyz = %d %s", code, body)
+	}
+}
