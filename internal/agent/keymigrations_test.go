@@ -32,6 +32,24 @@ type typedWriters struct {
 	stop   chan struct{}
 	done   sync.WaitGroup
 	client *http.Client
+	// addrs are the HTTP addresses of the running agents ("" while one is down), set by
+	// the test goroutine (refresh) and read by the writers.
+	addrMu sync.Mutex
+	addrs  []string
+}
+
+// refresh records the HTTP addresses of the running agents; call it from the test
+// goroutine after every stop and start.
+func (w *typedWriters) refresh() {
+	addrs := make([]string, len(w.c.agents))
+	for i, a := range w.c.agents {
+		if a != nil {
+			addrs[i] = a.HTTPAddr()
+		}
+	}
+	w.addrMu.Lock()
+	w.addrs = addrs
+	w.addrMu.Unlock()
 }
 
 func (w *typedWriters) fail(format string, args ...any) {
@@ -42,19 +60,20 @@ func (w *typedWriters) fail(format string, args ...any) {
 	}
 }
 
-// agentAt returns a running agent, preferring i.
-func (w *typedWriters) agentAt(i int) *Agent {
-	w.c.t.Helper()
-	for j := range w.c.agents {
-		if a := w.c.agents[(i+j)%len(w.c.agents)]; a != nil {
+// agentAt returns the address of a running agent, preferring i ("" when none runs).
+func (w *typedWriters) agentAt(i int) string {
+	w.addrMu.Lock()
+	defer w.addrMu.Unlock()
+	for j := range w.addrs {
+		if a := w.addrs[(i+j)%len(w.addrs)]; a != "" {
 			return a
 		}
 	}
-	return nil
+	return ""
 }
 
-func (w *typedWriters) do(a *Agent, method, path, body string) (int, []byte) {
-	req, _ := http.NewRequest(method, "http://"+a.HTTPAddr()+path, strings.NewReader(body))
+func (w *typedWriters) do(addr, method, path, body string) (int, []byte) {
+	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, nil
@@ -80,7 +99,7 @@ func (w *typedWriters) run(writers, perWriter int) {
 				}
 				name := fmt.Sprintf("w-%d-%d", g, n%perWriter)
 				a := w.agentAt(g + n)
-				if a == nil {
+				if a == "" {
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
@@ -122,7 +141,7 @@ func (w *typedWriters) unknown(name string) {
 }
 
 // check reads name back (linearizable) and compares it with its last acknowledged write.
-func (w *typedWriters) check(a *Agent, name string) {
+func (w *typedWriters) check(a string, name string) {
 	w.mu.Lock()
 	want, known := w.last[name]
 	w.mu.Unlock()
@@ -292,6 +311,7 @@ func TestKeyMigrationWalk(t *testing.T) {
 	waitFor(t, "g3 back", 20*time.Second, func() error { return c.agents[2].versions.Ready(context.Background()) })
 
 	w := &typedWriters{t: t, c: c, last: map[string]int{}, stop: make(chan struct{}), client: &http.Client{Timeout: 5 * time.Second}}
+	w.refresh()
 	w.run(3, 25)
 	defer func() {
 		select {
@@ -302,8 +322,10 @@ func TestKeyMigrationWalk(t *testing.T) {
 	}()
 	restart := func(i int) {
 		c.stop(i)
+		w.refresh()
 		time.Sleep(200 * time.Millisecond)
 		c.start(i)
+		w.refresh()
 		waitFor(t, "restarted", 20*time.Second, func() error { return c.agents[i].versions.Ready(context.Background()) })
 	}
 	const walkTimeout = 30 * time.Second
@@ -366,7 +388,7 @@ func TestKeyMigrationWalk(t *testing.T) {
 	for name := range w.last {
 		for _, ag := range c.agents {
 			w.mu.Unlock()
-			w.check(ag, name)
+			w.check(ag.HTTPAddr(), name)
 			w.mu.Lock()
 		}
 	}
