@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
@@ -245,5 +246,64 @@ func TestKeyRollbackToZeroClearsNewRange(t *testing.T) {
 	f.announce(0)
 	if err := f.advance(1); err != nil {
 		t.Fatalf("advance again: %v", err)
+	}
+}
+
+// TestKeyAutoAdvance: "advance: auto" walks 0 → 5 by itself on the leader, each step
+// only when the rules allow it (3 → 4 after the copy), and not before the phase has
+// lasted minDwell.
+func TestKeyAutoAdvance(t *testing.T) {
+	f := newKeyFixture(t)
+	f.seed(120)
+	auto := *f.k
+	auto.Auto = true
+	f.k = &auto
+	f.schema.Resources[0].KeyMigration = &auto
+	m := f.migrator()
+	// Every member applies whatever phase the store holds (as gossip would say).
+	m.cfg.KeyMembers = func() []KeyMember {
+		rec, _ := versions.ReadKeyPhase(f.view(), auto.Name)
+		f.announce(rec.Phase)
+		return f.members
+	}
+	ctx := context.Background()
+	phases := []int{0}
+	for range 2000 {
+		m.stepKeyMigrations(ctx)
+		rec, _ := versions.ReadKeyPhase(f.view(), auto.Name)
+		if phases[len(phases)-1] != rec.Phase {
+			phases = append(phases, rec.Phase)
+		}
+		if old, _ := CountKeys(f.view(), f.k); rec.Phase == 5 && old == 0 {
+			break
+		}
+	}
+	if fmt.Sprint(phases) != "[0 1 2 3 4 5]" {
+		t.Fatalf("phases walked = %v, want every one of 0..5 in order", phases)
+	}
+	if old, nw := CountKeys(f.view(), f.k); old != 0 || nw != 120 {
+		t.Fatalf("after the automatic walk: old %d new %d", old, nw)
+	}
+	rec, _ := versions.ReadKeyPhase(f.view(), auto.Name)
+	if rec.Last == nil || rec.Last.By != "auto (leader)" {
+		t.Fatalf("last transition = %+v, want by the leader's automation", rec.Last)
+	}
+
+	// A dwell holds the next step back.
+	g := newKeyFixture(t)
+	slow := *g.k
+	slow.Auto, slow.MinDwell = true, time.Hour
+	g.k = &slow
+	g.schema.Resources[0].KeyMigration = &slow
+	if err := g.advance(1); err != nil {
+		t.Fatal(err)
+	}
+	gm := g.migrator()
+	gm.cfg.KeyMembers = func() []KeyMember { return g.members }
+	for range 5 {
+		gm.stepKeyMigrations(ctx)
+	}
+	if rec, _ := versions.ReadKeyPhase(g.view(), slow.Name); rec.Phase != 1 {
+		t.Fatalf("phase %d before the dwell of an hour passed, want 1", rec.Phase)
 	}
 }

@@ -69,6 +69,7 @@ func scanRange(k *versions.KeyMigration, w *api.KeyWork) []byte {
 // waiting.
 func (m *Migrator) stepKeyMigrations(ctx context.Context) (busy bool) {
 	for _, k := range m.schema.Load().KeyMigrations() {
+		m.autoAdvance(ctx, k)
 		more, err := m.KeyStep(ctx, k)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, errKeyWorkMoved) {
 			m.log.Warn("key migration step failed", "migration", k.Name, "error", err)
@@ -76,6 +77,36 @@ func (m *Migrator) stepKeyMigrations(ctx context.Context) (busy bool) {
 		busy = busy || more || errors.Is(err, errKeyWorkMoved)
 	}
 	return busy
+}
+
+// autoAdvance takes the next phase of an "advance: auto" migration when the rules
+// allow it (AdvanceBlocked) and the current phase has lasted k.MinDwell.
+func (m *Migrator) autoAdvance(ctx context.Context, k *versions.KeyMigration) {
+	if !k.Auto || m.cfg.KeyMembers == nil {
+		return
+	}
+	view, err := m.cfg.Store.View(ctx, fsm.Linearizable)
+	if err != nil {
+		return
+	}
+	rec, err := versions.ReadKeyPhase(view, k.Name)
+	if err != nil || rec.Phase >= api.KeyPhaseMax {
+		return
+	}
+	if rec.Last != nil && time.Since(rec.Last.At) < k.MinDwell {
+		return
+	}
+	members := m.cfg.KeyMembers()
+	if AdvanceBlocked(view, k, rec, members, rec.Phase+1) != "" {
+		return
+	}
+	next, err := Advance(ctx, m.cfg.Store, k, nil, members, Transition{By: "auto (leader)"})
+	if err != nil {
+		m.log.Debug("automatic key migration advance not taken", "migration", k.Name, "error", err)
+		return
+	}
+	m.log.Info("key migration phase changed", "migration", k.Name, "step", "advance", "from", rec.Phase,
+		"to", next.Phase, "by", "auto (leader)", "dwell", k.MinDwell)
 }
 
 // KeyStep advances k's background work by at most one chunk and records where it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -29,8 +30,13 @@ type KeyMigration struct {
 	From, To string
 	// Ops are applied, in order, to an object written to or copied to the new key; the
 	// inverse ops, in reverse order, to one read from the new key.
-	Ops  []FieldOp
-	Line int // of the declaration, for messages
+	Ops []FieldOp
+	// Auto ("advance: auto"): the leader advances the migration by itself, one phase at a
+	// time, whenever the rules allow and the phase has lasted MinDwell. Off ("manual",
+	// the default): only an operator's advance moves it.
+	Auto     bool
+	MinDwell time.Duration
+	Line     int // of the declaration, for messages
 }
 
 // Sentinel errors of key migrations.
@@ -257,7 +263,7 @@ func (p *parser) keyMigrations(r *Resource, m map[string]*yaml.Node) error {
 			"then declare the next)", r.Key(), len(items))
 	}
 	for _, n := range items {
-		km, err := p.fields(n, "key migration", "name", "from", "to", "ops")
+		km, err := p.fields(n, "key migration", "name", "from", "to", "ops", "advance", "minDwell")
 		if err != nil {
 			return err
 		}
@@ -289,7 +295,39 @@ func (p *parser) keyMigrations(r *Resource, m map[string]*yaml.Node) error {
 		if k.Ops, err = p.ops(km); err != nil {
 			return err
 		}
+		if err := p.keyAdvance(k, km, n); err != nil {
+			return err
+		}
 		r.KeyMigration = k
+	}
+	return nil
+}
+
+// keyAdvance parses "advance: manual|auto" and "minDwell: DURATION" (auto only).
+func (p *parser) keyAdvance(k *KeyMigration, km map[string]*yaml.Node, n *yaml.Node) error {
+	adv, al, err := p.str(km, "advance")
+	if err != nil {
+		return err
+	}
+	switch adv {
+	case "", "manual":
+	case "auto":
+		k.Auto = true
+	default:
+		return p.errAt(lineOr(al, n), "key migration %s: advance %q: want manual or auto", k.Name, adv)
+	}
+	dwell, dl, err := p.str(km, "minDwell")
+	if err != nil {
+		return err
+	}
+	if dwell == "" {
+		return nil
+	}
+	if !k.Auto {
+		return p.errAt(dl, "key migration %s: minDwell is for advance: auto", k.Name)
+	}
+	if k.MinDwell, err = time.ParseDuration(dwell); err != nil || k.MinDwell < 0 {
+		return p.errAt(dl, "key migration %s: minDwell %q: want a duration such as 30s or 10m", k.Name, dwell)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keel-kv/keel/kv/api"
 )
@@ -54,6 +55,17 @@ func TestKeyMigrationParse(t *testing.T) {
 	if k.Lossy() {
 		t.Error("a rename is not lossy")
 	}
+	if k.Auto || k.MinDwell != 0 {
+		t.Errorf("advance defaults to manual: %+v", k)
+	}
+	s, err = ParseSchema("s.yaml", []byte(strings.Replace(kmSchema, "%s",
+		"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        advance: auto\n        minDwell: 90s\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := s.KeyMigrationNamed("m"); !k.Auto || k.MinDwell != 90*time.Second {
+		t.Errorf("advance: auto, minDwell: 90s parsed as %+v", k)
+	}
 }
 
 // TestKeyMigrationBadDeclaration: each malformed declaration stops the parse with the
@@ -69,6 +81,12 @@ func TestKeyMigrationBadDeclaration(t *testing.T) {
 		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n      - name: m2\n        from: /registry/apps/widgets/\n        to: /o/\n",
 			":13: resource apps/widgets declares 2 key migrations"},
 		{"      - name: m\n        frm: /registry/apps/widgets/\n", `:11: unknown field "frm"`},
+		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        advance: sometimes\n",
+			`:13: key migration m: advance "sometimes"`},
+		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        minDwell: 5m\n",
+			":13: key migration m: minDwell is for advance: auto"},
+		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        advance: auto\n        minDwell: soon\n",
+			`:14: key migration m: minDwell "soon"`},
 	} {
 		_, err := ParseSchema("s.yaml", []byte(strings.Replace(kmSchema, "%s", tc.decl, 1)))
 		if !errors.Is(err, ErrBadSchema) || !strings.Contains(err.Error(), tc.want) {
