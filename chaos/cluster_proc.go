@@ -39,6 +39,11 @@ type ProcConfig struct {
 	// TLS runs every node with TLS on every port and client certificates required
 	// (tls.go); the harness's clients present one.
 	TLS bool
+	// Gossip starts every node with gossip on (-gossip-addr, -bootstrap-expect Nodes,
+	// -join of every other node's gossip address: the same command line on each), as
+	// key migrations need (members announce what they support in gossip metadata).
+	// Off: the first node -bootstraps and the others -join its Raft address.
+	Gossip bool
 	// Remover removes a voter through some node's API (nil: FaultRemove unsupported).
 	Remover func(ctx context.Context, httpAddr, id string) error
 	Logf    func(format string, args ...any)
@@ -68,6 +73,7 @@ func (c ProcConfig) Validate() error {
 type procNode struct {
 	id, ip                       string
 	httpAddr, raftAddr, advAddr  string
+	gossipAddr                   string // "" without ProcConfig.Gossip
 	dataDir, logPath, fillerPath string
 	tmpfs                        bool
 	cl                           *client.Client
@@ -120,6 +126,12 @@ func StartProcCluster(ctx context.Context, cfg ProcConfig) (*ProcCluster, error)
 		}
 		c.tls = h
 	}
+	if cfg.Gossip {
+		if cfg.TLS {
+			return nil, errors.New("chaos: a gossip cluster with TLS is not built (it needs -encrypt)")
+		}
+		return c.startGossip(ctx)
+	}
 	var ids []string
 	for i := 0; i < cfg.Nodes; i++ {
 		n, err := c.newNode(i == 0 && cfg.DiskSize > 0)
@@ -142,6 +154,33 @@ func StartProcCluster(ctx context.Context, cfg ProcConfig) (*ProcCluster, error)
 				return nil, fmt.Errorf("first node: %w", err)
 			}
 		}
+	}
+	if err := WaitVoters(ctx, c, ids); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// startGossip allocates every node, then starts them all with the same gossip command
+// line; it returns once all are voters and ready.
+func (c *ProcCluster) startGossip(ctx context.Context) (*ProcCluster, error) {
+	var nodes []*procNode
+	for i := 0; i < c.cfg.Nodes; i++ {
+		n, err := c.newNode(i == 0 && c.cfg.DiskSize > 0)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+	var ids []string
+	for _, n := range nodes {
+		if err := c.launch(n, false, nil); err != nil {
+			c.Close()
+			return nil, err
+		}
+		ids = append(ids, n.id)
 	}
 	if err := WaitVoters(ctx, c, ids); err != nil {
 		c.Close()
@@ -179,12 +218,15 @@ func (c *ProcCluster) newNode(tmpfs bool) (*procNode, error) {
 	ip := fmt.Sprintf("127.%d.0.%d", c.cfg.Subnet, 10+k)
 	n := &procNode{id: id, ip: ip, dataDir: filepath.Join(c.cfg.Dir, id), logPath: filepath.Join(c.cfg.Dir, id+".log")}
 	n.fillerPath = filepath.Join(n.dataDir, "chaos-filler")
-	ports, err := freePorts(ip, 3)
+	ports, err := freePorts(ip, 4)
 	if err != nil {
 		return nil, err
 	}
 	n.httpAddr = net.JoinHostPort(ip, fmt.Sprint(ports[0]))
 	n.raftAddr = net.JoinHostPort(ip, fmt.Sprint(ports[1]))
+	if c.cfg.Gossip {
+		n.gossipAddr = net.JoinHostPort(ip, fmt.Sprint(ports[3]))
+	}
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -229,7 +271,18 @@ func freePorts(ip string, n int) ([]int, error) {
 func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	args := []string{"agent", "-node-id", n.id, "-data-dir", n.dataDir,
 		"-http-addr", n.httpAddr, "-raft-addr", n.raftAddr, "-advertise", n.advAddr}
-	if bootstrap {
+	if n.gossipAddr != "" {
+		join = nil
+		c.mu.Lock()
+		for _, o := range c.mu.nodes {
+			if o != n && o.gossipAddr != "" && !o.removed {
+				join = append(join, o.gossipAddr)
+			}
+		}
+		c.mu.Unlock()
+		sort.Strings(join)
+		args = append(args, "-gossip-addr", n.gossipAddr, "-bootstrap-expect", fmt.Sprint(c.cfg.Nodes))
+	} else if bootstrap {
 		args = append(args, "-bootstrap")
 	}
 	if len(join) > 0 {

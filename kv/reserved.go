@@ -41,6 +41,11 @@ func (s *Server) checkReservedOp(op fsm.Op) error {
 		return nil
 	}
 	for _, r := range (*p).Schema().Resources {
+		if k := r.KeyMigration; k != nil && writesUnder(op, []byte(k.To)) {
+			return fmt.Errorf("%w: key %q is under %q, the new key range of key migration %s of resource %s: "+
+				"its objects are written through /apis/%s/{version}/%s/{name}, never through the KV API",
+				ErrReservedPrefix, op.Key, k.To, k.Name, r.Key(), r.Group, r.Name)
+		}
 		if writesUnder(op, []byte(r.Prefix)) {
 			what := fmt.Sprintf("key %q is", op.Key)
 			if op.Type == fsm.OpDeleteRange {

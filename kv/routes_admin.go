@@ -108,11 +108,27 @@ func (s *Server) readinessChecks(ctx context.Context) []checkResult {
 	return out
 }
 
+// ReadyNote is what a ready check (AddReadyCheck) returns to pass with a note: /readyz
+// counts it as passing and /readyz?verbose prints "[+]NAME ok: NOTE" (the phase of a
+// key migration, say).
+type ReadyNote string
+
+func (n ReadyNote) Error() string { return string(n) }
+
+// readyNote returns the note of a passing check's result, if it is one.
+func readyNote(err error) (string, bool) {
+	var n ReadyNote
+	if errors.As(err, &n) {
+		return string(n), true
+	}
+	return "", false
+}
+
 // readiness returns nil when ready, or an ErrNotReady listing every failed condition.
 func (s *Server) readiness(ctx context.Context) error {
 	var problems []string
 	for _, c := range s.readinessChecks(ctx) {
-		if c.err == nil {
+		if _, ok := readyNote(c.err); c.err == nil || ok {
 			continue
 		}
 		if c.name == "leader" || c.name == "applied" || c.name == "cluster-secret" {
@@ -133,7 +149,9 @@ func (s *Server) writeVerboseReady(w http.ResponseWriter, ctx context.Context) {
 	var b strings.Builder
 	ok := true
 	for _, c := range s.readinessChecks(ctx) {
-		if c.err == nil {
+		if note, isNote := readyNote(c.err); isNote {
+			fmt.Fprintf(&b, "[+]%s ok: %s\n", c.name, note)
+		} else if c.err == nil {
 			fmt.Fprintf(&b, "[+]%s ok\n", c.name)
 		} else {
 			ok = false

@@ -189,14 +189,18 @@ func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	kv, err := view.Get(q.key(), 0)
-	if errors.Is(err, fsm.ErrKeyNotFound) {
-		return fmt.Errorf("%s %q: %w", q.r.Key(), q.name, err)
-	}
+	ks, err := keyStateAt(view, q, 0)
 	if err != nil {
 		return err
 	}
-	obj, err := present(q, kv, q.readEncoding())
+	l, err := ks.locate(view, q, 0)
+	if err != nil {
+		return err
+	}
+	if !l.found {
+		return fmt.Errorf("%s %q: %w", q.r.Key(), q.name, fsm.ErrKeyNotFound)
+	}
+	obj, err := present(q, l.cur, q.readEncoding())
 	if err != nil {
 		return err
 	}
@@ -245,32 +249,40 @@ func (s *Server) handleObjectPut(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	var res *fsm.Result
+	var res *putResult
 	for attempt := 0; ; attempt++ {
 		res, err = s.putObject(ctx, q, obj, rev, enc, force)
 		// A blind write (no metadata.revision) raced another write between reading
-		// the object it carries over from and storing: read again.
-		if !errors.Is(err, errObjectChanged) || rev > 0 || attempt == maxPutAttempts-1 {
+		// the object it carries over from and storing, or a key migration's phase
+		// moved in between: read again.
+		retry := errors.Is(err, errPhaseChanged) || (errors.Is(err, errObjectChanged) && rev == 0)
+		if !retry || attempt == maxPutAttempts-1 {
 			break
 		}
 	}
-	if errors.Is(err, errObjectChanged) {
+	if errors.Is(err, errObjectChanged) || errors.Is(err, errPhaseChanged) {
 		return fmt.Errorf("%w: %s %q changed %d times while it was being written; try again",
 			ErrConflict, q.r.Key(), q.name, maxPutAttempts)
 	}
 	if err != nil {
 		return err
 	}
-	out, err := present(q, res.Responses[1].KVs[0], enc)
+	out, err := present(q, res.kv, enc)
 	if err != nil {
 		return err
 	}
 	code := http.StatusOK
-	if res.Responses[0].PrevKV == nil {
+	if res.created {
 		code = http.StatusCreated
 	}
 	writeJSON(w, code, out)
 	return nil
+}
+
+// putResult is what a typed put stored, as the phase reads it back.
+type putResult struct {
+	kv      fsm.KeyValue
+	created bool
 }
 
 // maxPutAttempts bounds the read-prepare-write rounds of a blind PUT under contention.
@@ -284,27 +296,29 @@ var errObjectChanged = errors.New("kv: object changed during the write")
 // mod revision of the object it carried over from (absent: create only), so what it
 // carried is never stale; a lost race is errObjectChanged when rev == 0 and
 // ErrConflict otherwise.
-func (s *Server) putObject(ctx context.Context, q resourceReq, obj map[string]any, rev int64, enc string, force bool) (*fsm.Result, error) {
-	key := q.key()
+func (s *Server) putObject(ctx context.Context, q resourceReq, obj map[string]any, rev int64, enc string, force bool) (*putResult, error) {
 	view, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := keyStateAt(view, q, 0)
+	if err != nil {
+		return nil, err
+	}
+	l, err := ks.locate(view, q, 0)
 	if err != nil {
 		return nil, err
 	}
 	var stored map[string]any
 	var sv string
-	cur, err := view.Get(key, 0)
-	switch {
-	case errors.Is(err, fsm.ErrKeyNotFound):
-	case err != nil:
-		return nil, err
-	default:
-		if sv = q.r.StoredVersion(cur); !q.r.HasVersion(sv) {
+	if l.found {
+		if sv = q.r.StoredVersion(l.cur); !q.r.HasVersion(sv) {
 			return nil, fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode; "+
 				"write it through a node that can", versions.ErrUndecodable, q.r.Key(), q.name, sv)
 		}
-		stored, _ = versions.DecodeObject(cur.Value) // a garbled object is replaced, not carried over
+		stored, _ = versions.DecodeObject(l.cur.Value) // a garbled object is replaced, not carried over
 	}
-	if rev > 0 && rev != cur.ModRevision {
+	if rev > 0 && !ks.matches(l, rev) {
 		return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
 			ErrConflict, q.r.Key(), q.name, rev)
 	}
@@ -322,22 +336,31 @@ func (s *Server) putObject(ctx context.Context, q resourceReq, obj map[string]an
 	if err := s.lim.checkValue(len(value)); err != nil {
 		return nil, err
 	}
-	txn := &fsm.Txn{Success: []fsm.Op{
-		{Type: fsm.OpPut, Key: key, Value: value, Encoding: versions.EncodingTag(q.r.Key(), enc)},
-		{Type: fsm.OpGet, Key: key}}}
-	guardModRevision(txn, string(key), cur.ModRevision)
+	ops, err := ks.writeOps(q, value, versions.EncodingTag(q.r.Key(), enc))
+	if err != nil {
+		return nil, err
+	}
+	txn := &fsm.Txn{Success: ops}
+	ks.guard(txn, q, l)
 	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
 	if err != nil {
 		return nil, fmt.Errorf("put %s %q: %w", q.r.Key(), q.name, err)
 	}
 	if !res.Succeeded {
+		if err := s.phaseMoved(ctx, q, ks); err != nil {
+			return nil, err
+		}
 		if rev > 0 {
 			return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
 				ErrConflict, q.r.Key(), q.name, rev)
 		}
 		return nil, errObjectChanged
 	}
-	return res, nil
+	kv, err := ks.readBack(q, res.Responses[len(res.Responses)-1].KVs[0])
+	if err != nil {
+		return nil, err
+	}
+	return &putResult{kv: kv, created: !l.found}, nil
 }
 
 // lossError is the 409 Downgraded of a write that would lose values.
@@ -452,14 +475,39 @@ func (s *Server) handleObjectDelete(w http.ResponseWriter, r *http.Request) erro
 	if _, err := q.res.WriteEncoding(q.r.Key()); errors.Is(err, versions.ErrNotRegistered) {
 		return err
 	}
-	res, err := s.applyObject(r, q, "delete", rev, fsm.Op{Type: fsm.OpDelete, Key: q.key()})
+	if q.r.KeyMigration == nil {
+		res, err := s.applyObject(r, q, "delete", rev, fsm.Op{Type: fsm.OpDelete, Key: q.key()})
+		if err != nil {
+			return err
+		}
+		if res.Responses[0].Deleted == 0 {
+			return fmt.Errorf("%s %q: %w", q.r.Key(), q.name, fsm.ErrKeyNotFound)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"revision": res.Revision})
+		return nil
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	var at int64
+	for attempt := 0; ; attempt++ {
+		at, err = s.deleteObject(ctx, q, rev)
+		retry := errors.Is(err, errPhaseChanged) || (errors.Is(err, errObjectChanged) && rev == 0)
+		if !retry || attempt == maxPutAttempts-1 {
+			break
+		}
+	}
+	if errors.Is(err, errObjectChanged) && rev > 0 {
+		return fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
+			ErrConflict, q.r.Key(), q.name, rev)
+	}
+	if errors.Is(err, errObjectChanged) || errors.Is(err, errPhaseChanged) {
+		return fmt.Errorf("%w: %s %q changed %d times while it was being deleted; try again",
+			ErrConflict, q.r.Key(), q.name, maxPutAttempts)
+	}
 	if err != nil {
 		return err
 	}
-	if res.Responses[0].Deleted == 0 {
-		return fmt.Errorf("%s %q: %w", q.r.Key(), q.name, fsm.ErrKeyNotFound)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"revision": res.Revision})
+	writeJSON(w, http.StatusOK, map[string]any{"revision": at})
 	return nil
 }
 
@@ -490,7 +538,12 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 	if err := q.res.ReadCheck(q.r.Key()); err != nil {
 		return err
 	}
-	prefix := []byte(q.r.Prefix)
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	prefix, isNew, err := s.listRange(ctx, q, p.q.Get("continue"))
+	if err != nil {
+		return err
+	}
 	req := listRequest{start: prefix, end: fsm.PrefixEnd(prefix), token: p.q.Get("continue")}
 	limit, err := p.int64("limit", 1, int64(s.cfg.DefaultListLimit))
 	if err != nil {
@@ -500,12 +553,14 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 	if req.cons, err = p.consistency(); err != nil {
 		return err
 	}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
 	kvs, rev, cont, err := s.scanPage(ctx, req)
 	if err != nil {
 		return err
 	}
+	if kvs, err = s.overlay(ctx, q, kvs, rev, isNew); err != nil {
+		return err
+	}
+	prefix = []byte(q.r.Prefix)
 	items := make([]map[string]any, 0, len(kvs))
 	var failed []itemError
 	enc := q.readEncoding()

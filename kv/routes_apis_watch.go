@@ -124,6 +124,16 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 		return err
 	}
 	prefix := []byte(q.r.Prefix)
+	if k := q.r.KeyMigration; k != nil {
+		// A key migration's phase picks the range at the start: the old one holds
+		// every object in phases 0–3, the new one in 4 and 5.
+		if ks, err := keyStateAt(view, q, 0); err != nil {
+			return err
+		} else if ks.plan.ListNew() {
+			return fmt.Errorf("%w: typed watches of %s are not served in phase %d of key migration %s yet; "+
+				"watch %s through /v1/watch", ErrNoRoute, q.r.Key(), ks.rec.Phase, k.Name, k.To)
+		}
+	}
 	opts := fsm.WatchOptions{Key: prefix, End: fsm.PrefixEnd(prefix), StartRevision: tq.fromRev + 1,
 		Buffer: s.cfg.WatchBuffer}
 	var initial []fsm.KeyValue

@@ -51,6 +51,10 @@ type Meta struct {
 	Leaving bool
 	// StorageVersions maps a resource name to the storage encodings this node uses.
 	StorageVersions map[string]StorageVersion
+	// KeyMigrations maps each key migration the node supports (its schema declares it)
+	// to the phase the node applies now. A node of a release before key migrations
+	// announces none, which blocks every advance (see migrate.AdvanceBlocked).
+	KeyMigrations map[string]int
 }
 
 // StorageVersion is one node's view of one resource's encodings (KEP-2339).
@@ -62,6 +66,7 @@ type StorageVersion struct {
 
 // Clone returns a deep copy of m.
 func (m Meta) Clone() Meta {
+	m.KeyMigrations = maps.Clone(m.KeyMigrations)
 	if m.StorageVersions == nil {
 		return m
 	}
@@ -98,6 +103,12 @@ func (m Meta) Validate() error {
 	for name, s := range map[string]string{"RaftAddr": m.RaftAddr, "HTTPAddr": m.HTTPAddr, "Release": m.Release, "ClusterLabel": m.ClusterLabel} {
 		if !utf8.ValidString(s) {
 			return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidMeta, name, s)
+		}
+	}
+	for name, phase := range m.KeyMigrations {
+		if name == "" || !utf8.ValidString(name) || phase < 0 || phase > 255 {
+			return fmt.Errorf("%w: KeyMigrations: %q phase %d: want a UTF-8 name and a phase in [0, 255]",
+				ErrInvalidMeta, name, phase)
 		}
 	}
 	for _, res := range slices.Sorted(maps.Keys(m.StorageVersions)) {

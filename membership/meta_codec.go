@@ -50,6 +50,7 @@ const (
 	tagHasRaftState     = 10
 	tagLeaving          = 11
 	tagStorageVersions  = 12
+	tagKeyMigrations    = 13
 )
 
 // EncodeMeta validates m and encodes it (see MetaFormatVersion). It fails with
@@ -76,6 +77,9 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	b = appendBool(b, tagLeaving, m.Leaving)
 	if len(m.StorageVersions) > 0 {
 		b = appendField(b, tagStorageVersions, encodeStorageVersions(m.StorageVersions))
+	}
+	if len(m.KeyMigrations) > 0 {
+		b = appendField(b, tagKeyMigrations, encodeKeyMigrations(m.KeyMigrations))
 	}
 	if len(b) > MetaMaxSize {
 		return nil, fmt.Errorf("%w: node %q metadata encodes to %d bytes, limit %d (memberlist MetaMaxSize); shorten addresses or list fewer storage versions",
@@ -227,6 +231,8 @@ func (m *Meta) decodeField(tag byte, val []byte) error {
 		m.Leaving, err = decodeBool(val)
 	case tagStorageVersions:
 		m.StorageVersions, err = decodeStorageVersions(val)
+	case tagKeyMigrations:
+		m.KeyMigrations, err = decodeKeyMigrations(val)
 	default:
 		// A field of a newer release: skipped, as the format promises.
 	}
@@ -311,4 +317,44 @@ func (r svReader) list(table []string) []string {
 		out[i] = r.lookup(table, r.Uvarint("version index"))
 	}
 	return out
+}
+
+// encodeKeyMigrations writes the key migrations a node supports with the phase it
+// applies, sorted by name:
+//
+//	uvarint n, n × (uvarint len, name bytes, uvarint phase)
+func encodeKeyMigrations(kms map[string]int) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(kms)))
+	for _, name := range slices.Sorted(maps.Keys(kms)) {
+		b = appendBytes(b, name)
+		b = binary.AppendUvarint(b, uint64(kms[name]))
+	}
+	return b
+}
+
+// errKeyMigrations is what the key-migrations field's decoding errors wrap.
+var errKeyMigrations = errors.New("key migrations")
+
+func decodeKeyMigrations(val []byte) (map[string]int, error) {
+	r := svReader{wire.NewReader(val, errKeyMigrations)}
+	n := r.count()
+	out := make(map[string]int, n)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		name := r.str()
+		phase := r.Uvarint("phase")
+		if r.Err() != nil {
+			break
+		}
+		if phase > 255 {
+			r.Fail("key migration %q: phase %d out of range", name, phase)
+		}
+		if _, dup := out[name]; dup {
+			r.Fail("key migration %q twice", name)
+		}
+		out[name] = int(phase)
+	}
+	if err := r.Finish(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -38,6 +38,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{NodeID: "n1", MaxCommandFormat: 1},
 		fullMeta(),
 		{NodeID: "x", StorageVersions: map[string]StorageVersion{"r": {EncodingVersion: "v9"}}},
+		{NodeID: "k", KeyMigrations: map[string]int{"widgets-v2-keys": 3, "a": 0}},
 	}
 	for i, want := range cases {
 		b, err := EncodeMeta(want)
@@ -188,7 +189,7 @@ func TestDecodeMetaErrors(t *testing.T) {
 // FuzzDecodeMeta: DecodeMeta never panics, and whatever it accepts and validates
 // re-encodes to bytes that decode to the same metadata.
 func FuzzDecodeMeta(f *testing.F) {
-	for _, m := range []Meta{{NodeID: "n"}, fullMeta()} {
+	for _, m := range []Meta{{NodeID: "n"}, fullMeta(), {NodeID: "k", KeyMigrations: map[string]int{"w": 5}}} {
 		b, _ := EncodeMeta(m)
 		f.Add(b)
 	}
@@ -218,6 +219,9 @@ func FuzzDecodeMeta(f *testing.F) {
 
 // normalizeMeta makes empty lists and maps nil: the encoding does not tell them apart.
 func normalizeMeta(m Meta) Meta {
+	if len(m.KeyMigrations) == 0 {
+		m.KeyMigrations = nil
+	}
 	if len(m.StorageVersions) == 0 {
 		m.StorageVersions = nil
 	}

@@ -65,6 +65,9 @@ type Config struct {
 	// BlockedRetry: how long a migration blocked by objects that cannot be converted
 	// waits before it scans again, in case they were fixed (default 1m).
 	BlockedRetry time.Duration
+	// KeyMembers, when set, is the members as key-migration transitions see them
+	// (gossip); automatic advances ("advance: auto") need it (nil: none is taken).
+	KeyMembers func() []KeyMember
 	// Finished, when set, is called after a migration of resource succeeds (the agent
 	// refreshes the StorageState record, so it stops listing the old versions at once).
 	Finished func(ctx context.Context, resource string)
@@ -153,6 +156,7 @@ func (m *Migrator) loop(ctx context.Context) {
 				}
 				busy = busy || more
 			}
+			busy = m.stepKeyMigrations(ctx) || busy
 		}
 		wait := m.cfg.Interval
 		if busy {

@@ -50,6 +50,9 @@ type Resource struct {
 	// Conversions has one step per adjacent pair of Versions, in order:
 	// Conversions[i] converts Versions[i] to Versions[i+1].
 	Conversions []Conversion
+	// KeyMigration, when declared, moves the resource's objects from Prefix to a new
+	// key range through the phases of RFD 126 (see KeyMigration); nil otherwise.
+	KeyMigration *KeyMigration
 }
 
 // Version is one declared version of a resource.
@@ -303,6 +306,9 @@ func (p *parser) schema(root *yaml.Node) (*Schema, error) {
 				return nil, p.errAt(pl, "prefix %q of %s overlaps prefix %q of %s (line %d)",
 					r.Prefix, r.Key(), o.Prefix, o.Key(), prefixLine[o])
 			}
+			if err := p.keyMigrationOverlaps(r, o, prefixLine[o]); err != nil {
+				return nil, err
+			}
 		}
 		prefixLine[r] = pl
 		s.Resources = append(s.Resources, r)
@@ -319,7 +325,8 @@ func (p *parser) schema(root *yaml.Node) (*Schema, error) {
 
 // resource parses one resource and returns it with the line of its prefix.
 func (p *parser) resource(n *yaml.Node) (*Resource, int, error) {
-	m, err := p.fields(n, "resource", "group", "name", "prefix", "preferredVersion", "versions", "conversions")
+	m, err := p.fields(n, "resource", "group", "name", "prefix", "preferredVersion", "versions", "conversions",
+		"keyMigrations")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -409,6 +416,9 @@ func (p *parser) resource(n *yaml.Node) (*Resource, int, error) {
 	r.Preferred = pref
 
 	if err := p.conversions(r, n, m); err != nil {
+		return nil, 0, err
+	}
+	if err := p.keyMigrations(r, m); err != nil {
 		return nil, 0, err
 	}
 	return r, pl, nil

@@ -47,7 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd())
 	return root
 }
 

@@ -166,6 +166,13 @@ func (a *Agent) start(ctx context.Context) error {
 		defer a.loops.Done()
 		a.mintSecretLoop(lctx)
 	}()
+	if a.gossip != nil && a.versions != nil {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			a.announceKeyPhasesLoop(lctx)
+		}()
+	}
 	return nil
 }
 

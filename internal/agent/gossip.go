@@ -44,7 +44,8 @@ func DefaultAutopilotConfig() AutopilotConfig {
 type gossip struct {
 	a  *Agent
 	ml *membership.Membership
-	// metaMu guards meta: the loop updates HasRaftState, a schema applied at run time
+	// metaMu guards meta: the loop updates HasRaftState, the key-migration loop
+	// KeyMigrations (keymigrations.go), a schema applied at run time
 	// StorageVersions.
 	metaMu  sync.Mutex
 	meta    membership.Meta

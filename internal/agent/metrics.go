@@ -21,7 +21,8 @@ import (
 func (a *Agent) enableMetrics() error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versionsCollector{a}, migrationsCollector{a})
+		versionsCollector{a}, migrationsCollector{a},
+		keyMigrationsCollector{a})
 	if err := a.server.EnableMetrics(reg); err != nil {
 		return err
 	}

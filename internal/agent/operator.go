@@ -31,6 +31,7 @@ func (a *Agent) registerOperatorRoutes() {
 	a.server.Handle("GET "+api.PathVersions, http.HandlerFunc(a.handleVersions))
 	a.server.Handle("PUT "+api.PathAgentSchema, http.HandlerFunc(a.handleApplySchema))
 	a.registerMigrationRoutes()
+	a.registerKeyMigrationRoutes()
 	// /livez: the process is up and serving (Kubernetes' liveness probe); /readyz says
 	// whether it can serve the API.
 	a.server.Handle("GET "+api.PathLive, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

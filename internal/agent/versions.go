@@ -47,10 +47,12 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	a.versionsMetrics.Store(m)
 	a.server.SetResources(m)
 	a.server.AddReadyCheck("storage-versions", m.Ready)
+	a.server.AddReadyCheck("key-migrations", a.keyMigrationsReady)
 	m.Open(ctx)
 	mcfg := a.cfg.Migrate
 	mcfg.Schema, mcfg.Store, mcfg.Logger = a.cfg.Schema, a.node, a.log.Named("migrate")
 	mcfg.NoAuto = mcfg.NoAuto || a.cfg.NoMigrate
+	mcfg.KeyMembers = a.keyMembers
 	mcfg.Finished = func(ctx context.Context, _ string) {
 		if err := m.Heartbeat(ctx); err != nil {
 			a.log.Warn("storage state after a migration", "error", err)

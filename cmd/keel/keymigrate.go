@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// phaseNames says what each phase of a key migration does (RFD 126).
+var phaseNames = [...]string{
+	"old keys only",
+	"writes to old and new keys, reads from old",
+	"writes to both, reads from new with fallback to old",
+	"as 2, plus the leader copies every old key to the new range",
+	"new keys only",
+	"new keys only, the leader deletes the old keys",
+}
+
+func newKeyMigrateCmd() *cobra.Command {
+	kc := &cobra.Command{Use: "keymigrate", Short: "Phased key migrations (RFD 126): status, advance, rollback"}
+	var watch bool
+	status := &cobra.Command{
+		Use:   "status [NAME] [--watch]",
+		Short: "Show each key migration's phase, work, key counts and members",
+		Long: `Show each key migration's phase, the progress of its background work (copy in phase 3,
+delete in phase 5, copy back during a rollback from 4), the keys in its old and new
+ranges, the phase every member applies, and why advance would be refused now.
+With --watch, redraw a progress bar every second until Ctrl-C.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch {
+				return watchKeyMigrations(cmd, args)
+			}
+			ctx, cancel := withTimeout(cmd)
+			defer cancel()
+			sts, err := fetchKeyMigrations(ctx, args)
+			if err != nil {
+				return err
+			}
+			if global.output == "json" {
+				return printJSON(cmd.OutOrStdout(), sts)
+			}
+			if len(sts) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no key migrations: declare keyMigrations under a resource of the schema")
+			}
+			for i := range sts {
+				printKeyMigration(cmd.OutOrStdout(), &sts[i])
+			}
+			return nil
+		},
+	}
+	status.Flags().BoolVarP(&watch, "watch", "w", false, "redraw a progress bar every second until Ctrl-C")
+	kc.AddCommand(status, newKeyStepCmd("advance"), newKeyStepCmd("rollback"))
+	return kc
+}
+
+func fetchKeyMigrations(ctx context.Context, args []string) ([]api.KeyMigrationStatus, error) {
+	c, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	if len(args) == 1 {
+		st, err := c.KeyMigration(ctx, args[0])
+		if err != nil {
+			return nil, err
+		}
+		return []api.KeyMigrationStatus{*st}, nil
+	}
+	return c.KeyMigrations(ctx)
+}
+
+func newKeyStepCmd(step string) *cobra.Command {
+	var to int
+	var by string
+	cmd := &cobra.Command{
+		Use:  step + " NAME --to N",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			if by == "" {
+				by = whoAmI()
+			}
+			ctx, cancel := withTimeout(cmd)
+			defer cancel()
+			var rec *api.KeyPhaseRecord
+			if step == "advance" {
+				var target *int
+				if cmd.Flags().Changed("to") {
+					target = &to
+				}
+				rec, err = c.AdvanceKeyMigration(ctx, args[0], target, by)
+			} else {
+				if !cmd.Flags().Changed("to") {
+					return fmt.Errorf("keymigrate rollback: --to N is required (the phase to go back to)")
+				}
+				rec, err = c.RollbackKeyMigration(ctx, args[0], to, by)
+			}
+			if err != nil {
+				return err
+			}
+			if global.output == "json" {
+				return printJSON(cmd.OutOrStdout(), rec)
+			}
+			if rec.RollbackTo != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: rolling back to phase %d: the leader copies the new keys back to "+
+					"the old ones, then switches (phase 4 until then)\n", rec.Name, *rec.RollbackTo)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: phase %d (%s)\n", rec.Name, rec.Phase, phaseNames[rec.Phase])
+			return nil
+		},
+	}
+	if step == "advance" {
+		cmd.Short = "Move a key migration one phase forward (refused, exit status 1, unless the cluster agrees)"
+		cmd.Flags().IntVar(&to, "to", 0, "the target phase: must be the next one")
+	} else {
+		cmd.Short = "Move a key migration back to phase N (from 4 after copying the new keys back)"
+		cmd.Flags().IntVar(&to, "to", 0, "the phase to go back to (required)")
+	}
+	cmd.Flags().StringVar(&by, "by", "", "who asks, recorded with the transition (default USER@HOST)")
+	return cmd
+}
+
+// whoAmI is USER@HOST, for the transition record.
+func whoAmI() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+func printKeyMigration(w io.Writer, st *api.KeyMigrationStatus) {
+	fmt.Fprintf(w, "%s  %s  %s -> %s\n", st.Name, st.Resource, st.From, st.To)
+	phase := fmt.Sprintf("phase %d: %s", st.Phase, phaseNames[st.Phase])
+	if st.RollbackTo != nil {
+		phase += fmt.Sprintf(" (rolling back to %d: writes to both, reads from new, copying new keys back)", *st.RollbackTo)
+	}
+	fmt.Fprintf(w, "  %s\n", phase)
+	if wk := st.Work; wk != nil {
+		fmt.Fprintf(w, "  %s %s: %d/%d scanned, %d written, %d skipped", wk.Kind, wk.State, wk.Scanned,
+			wk.Total, wk.Written, wk.Skipped)
+		if wk.State == "Running" {
+			if wk.KeysPerSecond > 0 {
+				fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond))
+			}
+		} else {
+			fmt.Fprintf(w, ", %d left (exact)", wk.Left)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  keys: old %d, new %d\n", st.OldKeys, st.NewKeys)
+	var nodes []string
+	for _, n := range st.Nodes {
+		if n.Phase >= 0 {
+			nodes = append(nodes, fmt.Sprintf("%s phase %d %s", n.NodeID, n.Phase, n.Status))
+		} else {
+			nodes = append(nodes, fmt.Sprintf("%s %s", n.NodeID, n.Status))
+		}
+	}
+	if len(nodes) > 0 {
+		fmt.Fprintf(w, "  nodes: %s\n", strings.Join(nodes, ", "))
+	}
+	if l := st.Last; l != nil {
+		fmt.Fprintf(w, "  last: %s %d -> %d by %s at %s\n", l.Kind, l.From, l.To, l.By, l.At.Local().Format(time.DateTime))
+	}
+	if st.NextBlocked != "" {
+		fmt.Fprintf(w, "  advance: refused now: %s\n", st.NextBlocked)
+	} else {
+		fmt.Fprintf(w, "  advance: to phase %d would be taken\n", st.Phase+1)
+	}
+}
+
+// keyProgressLine renders one key migration as a progress line:
+//
+//	widgets-v2-keys  3 copy [#########...........]  45% 4.5k/10k 512/s ETA 11s
+func keyProgressLine(st *api.KeyMigrationStatus, width int) string {
+	const barWidth = 20
+	line := fmt.Sprintf("%-16s %d", fitLine(st.Name, 16), st.Phase)
+	wk := st.Work
+	if wk == nil {
+		return fitLine(line+" (no background work in this phase)", width)
+	}
+	done, total := wk.Scanned, wk.Total
+	if wk.State == "Done" {
+		done = total
+	}
+	frac := 0.0
+	if total > 0 {
+		frac = min(float64(done)/float64(total), 1)
+	} else if wk.State == "Done" {
+		frac = 1
+	}
+	fill := int(frac * barWidth)
+	line += fmt.Sprintf(" %s [%s%s] %3.0f%% %s/%s", wk.Kind, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill),
+		frac*100, human(min(done, total)), human(total))
+	if wk.State == "Running" {
+		line += fmt.Sprintf(" %s/s ETA %s", human(int64(wk.KeysPerSecond)), eta(wk.ETASeconds, wk.KeysPerSecond))
+	} else {
+		line += " " + wk.State
+	}
+	return fitLine(line, width)
+}
+
+// watchKeyMigrations prints a progress line per key migration every second until Ctrl-C.
+func watchKeyMigrations(cmd *cobra.Command, args []string) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	w := cmd.OutOrStdout()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		sts, err := fetchKeyMigrations(rctx, args)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			fmt.Fprintln(w, fitLine("error: "+err.Error(), progressWidth))
+		}
+		for i := range sts {
+			fmt.Fprintln(w, keyProgressLine(&sts[i], progressWidth))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
