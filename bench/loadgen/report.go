@@ -60,6 +60,8 @@ func tableRows(cfg suiteConfig) []row {
 		{name: fmt.Sprintf("serializable read, %d clients p99", c), unit: "ms", value: stat(fmt.Sprintf("serread%d", c), p99), stat: fmt.Sprintf("serread%d", c), lower: true},
 		{name: fmt.Sprintf("mixed 80/20, %d clients", c), unit: "ops/s", value: stat(fmt.Sprintf("mixed%d", c), opsPerSec), stat: fmt.Sprintf("mixed%d", c)},
 		{name: fmt.Sprintf("mixed 80/20, %d clients p99", c), unit: "ms", value: stat(fmt.Sprintf("mixed%d", c), p99), stat: fmt.Sprintf("mixed%d", c), lower: true},
+		{name: fmt.Sprintf("lease grant, %d clients", c), unit: "ops/s", value: stat(fmt.Sprintf("leasegrant%d", c), opsPerSec), stat: fmt.Sprintf("leasegrant%d", c), target: 2.0},
+		{name: fmt.Sprintf("lease keepalive (%d leases), %d clients", leaseKept, c), unit: "ops/s", value: stat(fmt.Sprintf("keepalive%d", c), opsPerSec), stat: fmt.Sprintf("keepalive%d", c), target: 2.0},
 	}
 	for _, l := range cfg.scanLimits {
 		r := row{name: fmt.Sprintf("paged scan %dk keys, limit %d", cfg.scanKeys/1000, l), unit: "keys/s", value: metric(fmt.Sprintf("scan%d.keys_per_sec", l))}

@@ -142,6 +142,7 @@ func (s *suite) run(ctx context.Context) {
 			{"mixed", func() { s.mixed(ctx, cl.Driver()) }},
 			{"scans", func() { s.scans(ctx, cl.Driver(), lead) }},
 			{"compaction", func() { s.compaction(ctx, cl.Driver(), lead) }},
+			{"leases", func() { s.leases(ctx, cl.Driver(), lead) }},
 		} {
 			if s.wants(w.name) {
 				w.run()
