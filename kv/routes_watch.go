@@ -83,6 +83,15 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var allow func([]byte) bool
+	if q.opts.End == nil {
+		err = checkKey(r.Context(), q.opts.Key, false)
+	} else {
+		allow, err = readFilter(r.Context(), q.opts.Key, q.opts.End)
+	}
+	if err != nil {
+		return err
+	}
 	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
 		s.watches.Add(-1)
 		return fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
@@ -111,7 +120,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096), prevKV: q.prevKV,
-		writeTimeout: s.cfg.WriteTimeout}
+		writeTimeout: s.cfg.WriteTimeout, allow: allow}
 	ws.enc = json.NewEncoder(ws.bw)
 	if err := ws.flush(); err != nil {
 		return nil
@@ -195,17 +204,28 @@ type watchStream struct {
 	enc          *json.Encoder
 	prevKV       bool
 	writeTimeout time.Duration
+	// allow, when set, says which keys the token may read: other events are dropped.
+	allow func(key []byte) bool
 }
 
 // events writes the events of groups and flushes once: a revision's events travel
 // together.
 func (ws *watchStream) events(groups []*fsm.RevisionEvents) error {
 	for _, g := range groups {
-		for i := range g.Events {
-			ev := &g.Events[i]
+		evs := g.Events
+		if ws.allow != nil {
+			evs = make([]fsm.Event, 0, len(g.Events))
+			for _, ev := range g.Events {
+				if ws.allow(ev.KV.Key) {
+					evs = append(evs, ev)
+				}
+			}
+		}
+		for i := range evs {
+			ev := &evs[i]
 			kv := toAPI(ev.KV)
 			line := api.WatchEvent{Type: api.EventPut, KV: &kv, Revision: g.Revision,
-				Remaining: len(g.Events) - 1 - i}
+				Remaining: len(evs) - 1 - i}
 			if ev.Type == fsm.EventDelete {
 				line.Type = api.EventDelete
 			}

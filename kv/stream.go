@@ -61,7 +61,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		conn.Close()
 		return nil // the status line is out (hijacked): nothing more to answer
 	}
-	c := s.newStreamConn(conn, brw.Reader)
+	c := s.newStreamConn(conn, brw.Reader, authzOf(r.Context()))
 	if c == nil {
 		conn.Close()
 		return nil
@@ -97,9 +97,10 @@ type streamConn struct {
 }
 
 // newStreamConn registers a stream with the server (so Shutdown closes it); nil once
-// the server is shutting down.
-func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader) *streamConn {
-	ctx, cancel := context.WithCancel(context.Background())
+// the server is shutting down. Every request of the stream runs with the rights of
+// az, the token of the upgrade request (nil: ACLs not enforced).
+func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader, az *authorizer) *streamConn {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), authzKey{}, az))
 	c := &streamConn{s: s, conn: conn, br: br, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, streamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),
 		bw: bufio.NewWriterSize(conn, streamBufSize)}

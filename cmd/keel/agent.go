@@ -55,6 +55,7 @@ type agentFlags struct {
 	noMigrate, migrateDryRun                                 bool
 	migrateRate                                              int
 	versionGCAfter                                           time.Duration
+	aclDefault                                               string
 }
 
 func newAgentCmd() *cobra.Command {
@@ -99,6 +100,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.BoolVar(&f.migrateDryRun, "migrate-dry-run", false, "as leader, count what a migration would rewrite and write nothing")
 	fl.IntVar(&f.migrateRate, "migrate-rate", 500, "initial cluster-wide setting: objects per second the migrator rewrites at most (-1: unlimited); see keel migrate settings")
 	fl.DurationVar(&f.versionGCAfter, "version-gc-after", def.Versions.GCAfter, "as leader, remove the storage-version entries of a node gossip has declared dead this long ago")
+	fl.StringVar(&f.aclDefault, "acl-default", "", "before `keel acl bootstrap`: allow serves every request, deny only health, status and bootstrap (default deny; allow with -dev)")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
 	_ = fl.MarkHidden("test-log-faults")
 	return cmd
@@ -128,6 +130,17 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		cfg.BootstrapExpect = f.bootstrapExpect
 	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
+	switch f.aclDefault {
+	case "":
+		cfg.KV.ACLDefault = kv.ACLDeny
+		if f.dev {
+			cfg.KV.ACLDefault = kv.ACLAllow
+		}
+	case kv.ACLAllow, kv.ACLDeny:
+		cfg.KV.ACLDefault = f.aclDefault
+	default:
+		return fmt.Errorf("-acl-default %q: want allow or deny", f.aclDefault)
+	}
 	if f.maxValueBytes > cfg.KV.MaxTxnBodyBytes { // a transaction can carry one value that large
 		cfg.KV.MaxTxnBodyBytes = min(2*f.maxValueBytes, kv.MaxRequestBytesLimit)
 	}
@@ -172,6 +185,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	go reloadOnSignal(ctx, hup, a.Reload, log)
 	fmt.Fprintf(os.Stdout, "keel node %s serving http://%s (raft %s, data dir %s)\n",
 		a.NodeID(), a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
+	if cfg.KV.ACLDefault == kv.ACLDeny {
+		fmt.Fprintf(os.Stdout, "ACL default deny: until `keel acl bootstrap`, this node answers only health, status and bootstrap\n")
+	}
 	if f.dev {
 		fmt.Fprintf(os.Stdout, "try: curl -X PUT http://%s/v1/kv/hello -d world && curl http://%s/v1/kv/hello?raw=true\n",
 			a.HTTPAddr(), a.HTTPAddr())

@@ -19,6 +19,7 @@ type globalFlags struct {
 	addr    string
 	timeout time.Duration
 	output  string
+	token   string
 }
 
 var global globalFlags
@@ -39,10 +40,11 @@ func newRootCmd() *cobra.Command {
 	pf.StringVar(&global.addr, "addr", defAddr, "HTTP address(es) of keel nodes, comma-separated (env KEEL_ADDR)")
 	pf.DurationVar(&global.timeout, "timeout", 30*time.Second, "deadline for one command")
 	pf.StringVarP(&global.output, "output", "o", "text", "output format: text or json")
+	pf.StringVar(&global.token, "token", os.Getenv("KEEL_TOKEN"), "ACL token secret sent with every request (env KEEL_TOKEN)")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newACLCmd())
 	return root
 }
 
@@ -54,7 +56,7 @@ func newClient() (*client.Client, error) {
 			addrs = append(addrs, a)
 		}
 	}
-	return client.New(addrs, client.Options{})
+	return client.New(addrs, client.Options{Token: global.token})
 }
 
 // withTimeout is the context of one client command.

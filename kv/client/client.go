@@ -42,6 +42,9 @@ type Options struct {
 	// stay on HTTP, and so does everything for a node that does not offer the protocol
 	// (an older release) or an https address. Call Close when done with the client.
 	Stream bool
+	// Token is the ACL token's secret, sent as `Authorization: Bearer <Token>` with
+	// every request (and the stream protocol's upgrade); empty sends none.
+	Token string
 }
 
 func (o Options) withDefaults() Options {
@@ -173,6 +176,7 @@ func (c *Client) attempt(ctx context.Context, base string, cl call, out any) (ti
 	if err != nil {
 		return 0, fmt.Errorf("client: %w", err)
 	}
+	c.authorize(req)
 	if cl.ctype != "" {
 		req.Header.Set("Content-Type", cl.ctype)
 	}
@@ -249,4 +253,11 @@ func retryAfterOf(resp *http.Response) time.Duration {
 		return 0
 	}
 	return time.Duration(secs) * time.Second
+}
+
+// authorize adds the token, if any, to req.
+func (c *Client) authorize(req *http.Request) {
+	if c.opts.Token != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+c.opts.Token)
+	}
 }

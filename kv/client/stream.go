@@ -55,7 +55,10 @@ type streamConn struct {
 }
 
 // dialStream connects to the node at base (http://host:port) and upgrades.
-func dialStream(ctx context.Context, base string, timeout time.Duration) (*streamConn, error) {
+// A token, when set, authenticates the whole connection (Authorization on the upgrade).
+// A refused upgrade (401/403 included) is errNoStream: the request then goes over HTTP,
+// whose answer says why.
+func dialStream(ctx context.Context, base string, timeout time.Duration, token string) (*streamConn, error) {
 	host, ok := strings.CutPrefix(base, "http://")
 	if !ok {
 		return nil, errNoStream // https: the stream protocol has no TLS yet
@@ -73,6 +76,9 @@ func dialStream(ctx context.Context, base string, timeout time.Duration) (*strea
 	req, _ := http.NewRequest(http.MethodGet, base+api.PathStream, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", api.StreamProtocol)
+	if token != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+token)
+	}
 	br := bufio.NewReaderSize(conn, 64<<10)
 	fail := func(err error) (*streamConn, error) {
 		conn.Close()
@@ -236,7 +242,7 @@ func (c *Client) streamTo(ctx context.Context, base string) (*streamConn, error)
 	if !n.noStr.IsZero() && time.Since(n.noStr) < noStreamRecheck {
 		return nil, errNoStream
 	}
-	conn, err := dialStream(ctx, base, c.opts.DialTimeout)
+	conn, err := dialStream(ctx, base, c.opts.DialTimeout, c.opts.Token)
 	if errors.Is(err, errNoStream) {
 		n.noStr = time.Now()
 	}
