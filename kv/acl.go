@@ -105,6 +105,7 @@ func loadACLState(view *fsm.View) (*aclState, error) {
 	}
 	for _, t := range toks {
 		t.authz = st.authorizerFor(t.rec)
+		t.authz.hash = t.hash
 		st.tokens[t.hash] = t
 	}
 	return st, nil
@@ -143,6 +144,7 @@ func (st *aclState) lookup(secret string) *aclToken {
 // not enforced); every method is safe on nil.
 type authorizer struct {
 	accessor  string
+	hash      secretHash // of the token's secret: finds the token's current rights (current)
 	keys      []api.ACLKeyRule
 	resources []api.ACLResourceRule
 	operator  map[string]bool
@@ -297,6 +299,21 @@ func managementPolicy() api.ACLPolicy {
 		Keys:      []api.ACLKeyRule{{Prefix: "", Access: api.AccessWrite}},
 		Resources: []api.ACLResourceRule{{Group: "*", Resource: "*", Access: api.AccessWrite}},
 		Operator:  []string{api.RightAll}}
+}
+
+// current returns the rights az's token holds now: a long-lived connection (the stream
+// protocol) authenticates once but is checked against every policy change. A token
+// deleted since is ErrUnauthorized.
+func (s *Server) current(az *authorizer) (*authorizer, error) {
+	st := s.acl.Load()
+	if az == nil || st == nil {
+		return az, nil
+	}
+	t, ok := st.tokens[az.hash]
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
+	}
+	return t.authz, nil
 }
 
 // aclStateNow returns the node's ACL state, reading it from the store the first time.

@@ -184,7 +184,7 @@ const minLinearizableRefresh = 100 * time.Millisecond
 func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, error) {
 	st, err := s.aclStateNow(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: acl state not available: %v", ErrNotReady, err)
+		return nil, fmt.Errorf("acl state: %w", err)
 	}
 	if !st.bootstrapped {
 		if s.cfg.ACLDefault == ACLDeny {

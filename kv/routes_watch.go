@@ -83,14 +83,22 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var allow func([]byte) bool
 	if q.opts.End == nil {
 		err = checkKey(r.Context(), q.opts.Key, false)
 	} else {
-		allow, err = readFilter(r.Context(), q.opts.Key, q.opts.End)
+		_, err = readFilter(r.Context(), q.opts.Key, q.opts.End)
 	}
 	if err != nil {
 		return err
+	}
+	var allow func([]byte) bool
+	if az := authzOf(r.Context()); az != nil {
+		// Each event is checked against the rights the token holds when it is sent: a
+		// policy change or a deleted token stops the events it no longer allows.
+		allow = func(key []byte) bool {
+			cur, err := s.current(az)
+			return err == nil && cur.key(key, false)
+		}
 	}
 	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
 		s.watches.Add(-1)

@@ -294,7 +294,16 @@ func (s *Server) streamDo(ctx context.Context, req *api.StreamRequest) api.Strea
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	err := s.streamOp(ctx, req, &resp)
+	var err error
+	if az := authzOf(ctx); az != nil {
+		// The connection's token, with the rights it holds now.
+		if az, err = s.current(az); err == nil {
+			ctx = context.WithValue(ctx, authzKey{}, az)
+		}
+	}
+	if err == nil {
+		err = s.streamOp(ctx, req, &resp)
+	}
 	if err != nil {
 		e := errorBody(err, req.Op != api.StreamGet)
 		if e.Code == http.StatusInternalServerError {
