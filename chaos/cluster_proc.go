@@ -228,6 +228,7 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 		bin, extra = n.bin, n.extra
 	}
 	c.mu.Unlock()
+	args = append(args, aclArgs(bin)...)
 	args = append(args, extra...)
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -1,0 +1,27 @@
+package chaos
+
+import (
+	"os/exec"
+	"strings"
+	"sync"
+)
+
+// aclFlags caches, per binary, whether its agent knows -acl-default.
+var aclFlags sync.Map // bin → bool
+
+// aclArgs returns the agent arguments that keep a harness node open to its tokenless
+// clients: `-acl-default allow` for a release with ACLs (whose default outside -dev is
+// deny until `keel acl bootstrap`), nothing for an older release, which has no ACLs
+// and would refuse the unknown flag (the upgrade test runs both side by side).
+func aclArgs(bin string) []string {
+	known, ok := aclFlags.Load(bin)
+	if !ok {
+		out, err := exec.Command(bin, "agent", "--help").CombinedOutput()
+		known = err == nil && strings.Contains(string(out), "acl-default")
+		aclFlags.Store(bin, known)
+	}
+	if known.(bool) {
+		return []string{"-acl-default", "allow"}
+	}
+	return nil
+}
