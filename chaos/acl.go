@@ -25,3 +25,12 @@ func aclArgs(bin string) []string {
 	}
 	return nil
 }
+
+// clusterToken is the ACL token the harness's clients of c send ("" when c runs
+// without ACLs).
+func clusterToken(c any) string {
+	if t, ok := c.(interface{ Token() string }); ok {
+		return t.Token()
+	}
+	return ""
+}

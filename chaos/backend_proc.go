@@ -12,8 +12,10 @@ type ProcBackend struct {
 	Bin string
 	// Remover removes a voter through a node's API (nil: remove and replace faults
 	// are unsupported).
-	Remover func(ctx context.Context, httpAddr, id string) error
-	subnet  atomic.Int32
+	Remover func(ctx context.Context, httpAddr, id, token string) error
+	// ACL runs the clusters with access control on (ProcConfig.ACL).
+	ACL    bool
+	subnet atomic.Int32
 }
 
 var _ Backend = (*ProcBackend)(nil)
@@ -44,6 +46,7 @@ func (b *ProcBackend) Start(ctx context.Context, sc Scenario, dir string, logf f
 	cfg := DefaultProcConfig()
 	cfg.Bin, cfg.Dir, cfg.Nodes, cfg.Logf, cfg.Remover = b.Bin, dir, sc.Nodes, logf, b.Remover
 	cfg.Subnet = 100 + int(b.subnet.Add(1)%150)
+	cfg.ACL = b.ACL
 	if sc.Disk {
 		cfg.DiskSize = DiskSize
 	}

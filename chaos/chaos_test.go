@@ -167,8 +167,10 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 }
 
 // TestChaos runs every scenario declared for processes on keel processes on loopback.
+// ACLs are on: the nodes run with their default (deny until bootstrapped), the harness
+// bootstraps, and every client of the workload, checkers and faults sends the token.
 func TestChaos(t *testing.T) {
-	be := &ProcBackend{Bin: keelBin(t), Remover: DetectRemover(keelBin(t))}
+	be := &ProcBackend{Bin: keelBin(t), Remover: DetectRemover(keelBin(t)), ACL: true}
 	for _, sc := range Scenarios() {
 		if !sc.RunsOn(BackendProcess) {
 			continue

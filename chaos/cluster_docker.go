@@ -279,7 +279,7 @@ func (c *DockerCluster) newNode(ctx context.Context, bootstrap bool, join []stri
 	id := fmt.Sprintf("n%d", k)
 	n := &dockerNode{id: id, name: c.prefix + "-" + id, ip: fmt.Sprintf("%s.%d", c.subnet, 10+k),
 		dataDir: filepath.Join(c.dir, id), logPath: filepath.Join(c.dir, id+".log")}
-	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort))
+	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort), "")
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
 		return "", err
 	}

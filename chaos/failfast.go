@@ -64,7 +64,8 @@ func (r *FaultRunner) watchCutOff(nodes []string, heal func() error) func() erro
 	stop := make(chan struct{})
 	healing := make(chan time.Time, 1)
 	for _, id := range nodes {
-		cl, err := client.New([]string{addrs.HTTPAddr(id)}, client.Options{MaxRetries: -1, DialTimeout: time.Second})
+		cl, err := client.New([]string{addrs.HTTPAddr(id)}, client.Options{MaxRetries: -1, DialTimeout: time.Second,
+			Token: clusterToken(r.c)})
 		if err != nil {
 			continue
 		}

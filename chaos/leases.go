@@ -164,7 +164,8 @@ func StartLeases(ctx context.Context, c Cluster, h *History, d time.Duration, lo
 			tr = rt(tr)
 		}
 		return client.New(list, client.Options{MaxRetries: 2, MinBackoff: 20 * time.Millisecond,
-			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}})
+			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout},
+			Token: clusterToken(c)})
 	}
 	// The kept-alive lease's client bounds each request (it sends no streams): KeepAlive
 	// gives one attempt all the time its last answer guaranteed, and a leader cut off

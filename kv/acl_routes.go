@@ -186,6 +186,16 @@ func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, 
 	if err != nil {
 		return nil, fmt.Errorf("acl state: %w", err)
 	}
+	if !s.aclConfirmed.Load() {
+		// A node that has just started (or joined) may not have applied the ACL records
+		// yet: its empty state would say "not bootstrapped" and let everything through
+		// (allow) or refuse everything (deny). Until one read at the leader has shown it
+		// the records, it asks the leader; the watch keeps it current afterwards.
+		if st, err = s.reloadACL(ctx, fsm.Linearizable); err != nil {
+			return nil, fmt.Errorf("acl state: %w", err)
+		}
+		s.aclConfirmed.Store(true)
+	}
 	if !st.bootstrapped {
 		if s.cfg.ACLDefault == ACLDeny {
 			return nil, fmt.Errorf("%w: ACLs are on (-acl-default deny) and the cluster's ACL system is not "+

@@ -60,7 +60,9 @@ type Server struct {
 	// aclRefresh is when an unknown token last made it re-read them at the leader.
 	acl        atomic.Pointer[aclState]
 	aclRefresh atomic.Int64
-	aclDone    chan struct{} // closed when aclLoop returns; nil when it never ran
+	// aclConfirmed: acl has been read at the leader once (authenticate).
+	aclConfirmed atomic.Bool
+	aclDone      chan struct{} // closed when aclLoop returns; nil when it never ran
 
 	// patterns are the registered route patterns (Routes).
 	routesMu sync.Mutex

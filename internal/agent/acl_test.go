@@ -479,3 +479,48 @@ func TestACLBootstrapOnceAcrossCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestACLRestartedNodeEnforcesAtOnce: a node restarted in a bootstrapped cluster of
+// -acl-default allow nodes starts with an empty store; until it has caught up it must
+// not take its empty state for "not bootstrapped" and serve tokenless requests, nor
+// refuse the management token. Every answer from the first moment is 401 (or a
+// retriable 503/504) without a token, and never 401 with it.
+func TestACLRestartedNodeEnforcesAtOnce(t *testing.T) {
+	c := newTestCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	boot, err := c.client(0).ACLBootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := aclClient(t, c.agents[0], boot.SecretID)
+	if _, err := mgmt.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	victim := (c.leader() + 1) % 3
+	c.restart(victim)
+	a := c.agents[victim]
+	sawToken, sawNoToken := false, false
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		st, reason, msg := aclDo(t, a, "GET", "/v1/kv/k?consistency=serializable", "", "")
+		switch st {
+		case http.StatusUnauthorized:
+			sawNoToken = true
+		case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		default:
+			t.Fatalf("restarted node, no token: %d %s %q; want 401 (or a retriable 503/504)", st, reason, msg)
+		}
+		st, reason, msg = aclDo(t, a, "GET", "/v1/kv/k?consistency=serializable", "", boot.SecretID)
+		switch st {
+		case http.StatusOK, http.StatusNotFound:
+			sawToken = sawToken || st == http.StatusOK
+		case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		default:
+			t.Fatalf("restarted node, management token: %d %s %q; want 200 (or a retriable 503/504)", st, reason, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !sawToken || !sawNoToken {
+		t.Fatalf("restarted node never served: with token %v, refused without %v", sawToken, sawNoToken)
+	}
+}
