@@ -110,6 +110,13 @@ func newStatusCmd() *cobra.Command {
 			fmt.Fprintf(w, "term\t%d\n", st.Term)
 			fmt.Fprintf(w, "revision\t%d (compacted at %d)\n", st.Revision, st.CompactRevision)
 			fmt.Fprintf(w, "raft index\tapplied %d, commit %d, last %d\n", st.AppliedIndex, st.CommitIndex, st.LastLogIndex)
+			if st.ACL != nil {
+				state := "not bootstrapped (keel acl bootstrap)"
+				if st.ACL.Bootstrapped {
+					state = "bootstrapped: tokens required"
+				}
+				fmt.Fprintf(w, "acl	%s; default %s\n", state, st.ACL.Default)
+			}
 			fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSUFFRAGE\tLEADER")
 			for _, m := range st.Members {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", m.ID, m.Address, m.Suffrage, m.Leader)

@@ -196,11 +196,17 @@ func TestACLRouteTable(t *testing.T) {
 	if st, _, _ := aclDo(t, a, "GET", api.PathStatus, "", ""); st != 200 {
 		t.Fatalf("before bootstrap: status = %d, want 200", st)
 	}
+	if st, err := aclClient(t, a, "").Status(ctx); err != nil || st.ACL == nil || st.ACL.Bootstrapped || st.ACL.Default != "deny" {
+		t.Fatalf("status before bootstrap: acl %+v, %v; want deny, not bootstrapped", st.ACL, err)
+	}
 	boot, err := aclClient(t, a, "").ACLBootstrap(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgmt := aclClient(t, a, boot.SecretID)
+	if st, err := aclClient(t, a, "").Status(ctx); err != nil || !st.ACL.Bootstrapped {
+		t.Fatalf("status after bootstrap: acl %+v, %v; want bootstrapped", st.ACL, err)
+	}
 	for _, p := range []api.ACLPolicy{
 		{Name: "read-other", Keys: []api.ACLKeyRule{{Prefix: "other/", Access: api.AccessRead}}},
 		{Name: "writer", Keys: []api.ACLKeyRule{{Prefix: "app/", Access: api.AccessWrite}},

@@ -33,6 +33,9 @@ type StatusResponse struct {
 	LastLogIndex uint64 `json:"last_log_index"`
 	// Members is the raft configuration as this node sees it.
 	Members []Member `json:"members"`
+	// ACL says whether this node's view of the cluster has ACLs bootstrapped, and its
+	// -acl-default (absent from releases without ACLs).
+	ACL *ACLStatus `json:"acl,omitempty"`
 }
 
 // Member is one server of the raft configuration.
