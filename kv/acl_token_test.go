@@ -102,3 +102,34 @@ func TestAuthorizerSpans(t *testing.T) {
 		t.Errorf("with the acl right, read of everything = false, want true")
 	}
 }
+
+// FuzzPolicyBody: a PUT /v1/acl/policies body either fails to decode or validate with
+// a 400-class error, or is a policy whose every rule has a known access and right; the
+// rules it grants never reach the ACL records without the acl right.
+func FuzzPolicyBody(f *testing.F) {
+	f.Add(`{"name":"app","keys":[{"prefix":"app/","access":"write"}]}`)
+	f.Add(`{"name":"ops","operator":["snapshot","*"]}`)
+	f.Add(`{"name":"r","resources":[{"group":"*","resource":"widgets","access":"read"}]}`)
+	f.Add(`{"name":"x","keys":[{"prefix":"","access":"all"}]}`)
+	f.Add(`{"name":"","operator":["root"]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var p api.ACLPolicy
+		if err := decodeJSON([]byte(body), &p); err != nil {
+			if !errors.Is(err, ErrInvalidBody) {
+				t.Fatalf("decode error %v is not ErrInvalidBody", err)
+			}
+			return
+		}
+		if err := validatePolicy(p); err != nil {
+			if !errors.Is(err, ErrInvalidBody) {
+				t.Fatalf("validate error %v is not ErrInvalidBody", err)
+			}
+			return
+		}
+		st := &aclState{policies: map[string]api.ACLPolicy{p.Name: p}}
+		az := st.authorizerFor(tokenRecord{Policies: []string{p.Name}})
+		if !az.right(api.RightACL) && (az.key([]byte(aclTokensPrefix+"00"), false) || az.span(nil, nil, false)) {
+			t.Fatalf("policy %+v reaches the ACL records without the acl right", p)
+		}
+	})
+}
