@@ -417,6 +417,21 @@ func TestACLTokenLifecycle(t *testing.T) {
 		}
 	}
 
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wrev, err := mgmt.Put(ctx, "app/w", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := aclClient(t, a, tok.SecretID).Watch(wctx, "app/", client.WatchOptions{StartRevision: wrev, Progress: 100 * time.Millisecond})
+	for ev := range events { // the watch is up and delivering
+		if ev.Err != nil {
+			t.Fatalf("watch before the token is deleted: %v", ev.Err)
+		}
+		if ev.Type == api.EventPut {
+			break
+		}
+	}
 	if err := mgmt.ACLPolicyDelete(ctx, "app"); err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +440,16 @@ func TestACLTokenLifecycle(t *testing.T) {
 	}
 	if err := mgmt.ACLTokenDelete(ctx, tok.AccessorID); err != nil {
 		t.Fatal(err)
+	}
+	var end error
+	for ev := range events {
+		if ev.Err != nil {
+			end = ev.Err
+			break
+		}
+	}
+	if !client.IsUnauthorized(end) {
+		t.Fatalf("watch after its token was deleted ended with %v, want 401", end)
 	}
 	plain := aclClient(t, a, tok.SecretID)
 	if _, err := plain.Get(ctx, "app/x"); !client.IsUnauthorized(err) {
