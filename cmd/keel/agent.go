@@ -100,7 +100,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.BoolVar(&f.migrateDryRun, "migrate-dry-run", false, "as leader, count what a migration would rewrite and write nothing")
 	fl.IntVar(&f.migrateRate, "migrate-rate", 500, "initial cluster-wide setting: objects per second the migrator rewrites at most (-1: unlimited); see keel migrate settings")
 	fl.DurationVar(&f.versionGCAfter, "version-gc-after", def.Versions.GCAfter, "as leader, remove the storage-version entries of a node gossip has declared dead this long ago")
-	fl.StringVar(&f.aclDefault, "acl-default", "", "`allow|deny`: what a cluster answers before keel acl bootstrap (deny: only health, status and bootstrap; default deny, allow with -dev)")
+	fl.StringVar(&f.aclDefault, "acl-default", "", "what a cluster answers before keel acl bootstrap, `allow|deny` (deny: only health, status and bootstrap; default deny, allow with -dev)")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
 	_ = fl.MarkHidden("test-log-faults")
 	return cmd
