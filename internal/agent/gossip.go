@@ -33,15 +33,20 @@ type AutopilotConfig struct {
 	// UnvouchedServerThreshold: a server of the Raft configuration that no gossip
 	// member vouches for (none has its ID and Raft address) is removed once this long
 	// has passed since the leader first saw it so. It catches servers added by hand
-	// over the Raft port (a stranger's add-voter frames) and stale addresses. Negative
-	// turns the check off (clusters that mix nodes with and without gossip).
+	// over the Raft port (a stranger's add-voter frames) and stale addresses. Zero is
+	// defaultUnvouchedThreshold; negative turns the check off (clusters that mix nodes
+	// with and without gossip).
 	UnvouchedServerThreshold time.Duration
 }
+
+// defaultUnvouchedThreshold is the grace period of a Raft server no gossip member
+// vouches for: long enough for a new node's gossip to reach the leader.
+const defaultUnvouchedThreshold = 30 * time.Second
 
 // DefaultAutopilotConfig suits a LAN.
 func DefaultAutopilotConfig() AutopilotConfig {
 	return AutopilotConfig{ServerStabilizationTime: 10 * time.Second, DeadServerThreshold: 30 * time.Second,
-		MinQuorum: 3, MaxTrailingLogs: 256, Interval: time.Second, UnvouchedServerThreshold: 30 * time.Second}
+		MinQuorum: 3, MaxTrailingLogs: 256, Interval: time.Second, UnvouchedServerThreshold: defaultUnvouchedThreshold}
 }
 
 // gossip runs membership next to raft: it advertises this node, bootstraps the cluster
@@ -318,6 +323,9 @@ func (g *gossip) removeUnvouched(ctx context.Context, s raft.Member, voters int,
 	limit := g.a.cfg.Autopilot.UnvouchedServerThreshold
 	if limit < 0 {
 		return false
+	}
+	if limit == 0 {
+		limit = defaultUnvouchedThreshold
 	}
 	since, ok := g.unvouched[s.ID]
 	if !ok {
