@@ -53,7 +53,7 @@ func (b *DockerBackend) Start(ctx context.Context, sc Scenario, dir string, logf
 	if b.err != nil {
 		return nil, b.err
 	}
-	c, err := StartDockerCluster(ctx, b.image, dir, sc.Nodes, logf)
+	c, err := StartDockerCluster(ctx, b.image, dir, sc.Nodes, logf, aclArgs(b.Bin)...)
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,11 @@ type ProcBackend struct {
 	Bin string
 	// Remover removes a voter through a node's API (nil: remove and replace faults
 	// are unsupported).
-	Remover func(ctx context.Context, httpAddr, id string) error
+	Remover func(ctx context.Context, httpAddr, id, token string) error
 	// TLS runs the clusters with TLS on every port (ProcConfig.TLS).
-	TLS    bool
+	TLS bool
+	// ACL runs the clusters with access control on (ProcConfig.ACL).
+	ACL    bool
 	subnet atomic.Int32
 }
 
@@ -52,6 +54,7 @@ func (b *ProcBackend) Start(ctx context.Context, sc Scenario, dir string, logf f
 	cfg.Bin, cfg.Dir, cfg.Nodes, cfg.Logf, cfg.Remover = b.Bin, dir, sc.Nodes, logf, b.Remover
 	cfg.Subnet = 100 + int(b.subnet.Add(1)%150)
 	cfg.TLS = b.TLS
+	cfg.ACL = b.ACL
 	if sc.Disk {
 		cfg.DiskSize = DiskSize
 	}

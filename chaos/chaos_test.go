@@ -178,8 +178,10 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 }
 
 // TestChaos runs every scenario declared for processes on keel processes on loopback.
+// ACLs are on: the nodes run with their default (deny until bootstrapped), the harness
+// bootstraps, and every client of the workload, checkers and faults sends the token.
 func TestChaos(t *testing.T) {
-	be := &ProcBackend{Bin: keelBin(t), Remover: DetectRemover(keelBin(t))}
+	be := &ProcBackend{Bin: keelBin(t), Remover: DetectRemover(keelBin(t)), ACL: true}
 	for _, sc := range Scenarios() {
 		if !sc.RunsOn(BackendProcess) {
 			continue
@@ -193,9 +195,10 @@ func TestChaos(t *testing.T) {
 
 // TestChaosTLS runs the combined-nemesis scenario on a cluster with TLS on every port
 // (mutual TLS on Raft through the fault proxies, HTTPS and the stream protocol with
-// client certificates): faults must not cost more than they do in plain text.
+// client certificates) and ACLs enforced (every harness client sends the bootstrapped
+// token over TLS): faults must not cost more than they do in plain text.
 func TestChaosTLS(t *testing.T) {
-	be := &ProcBackend{Bin: keelBin(t), TLS: true}
+	be := &ProcBackend{Bin: keelBin(t), TLS: true, ACL: true}
 	for _, sc := range Scenarios() {
 		if sc.Name != "mixed" {
 			continue

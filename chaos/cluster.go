@@ -91,10 +91,11 @@ type Cluster interface {
 // stream protocol (one connection shared by every worker, as the benchmarks drive
 // keel), so faults hit many requests in flight on one connection; transactions and
 // scans go over HTTP.
-func newNodeClient(httpAddr string) *client.Client {
+// token is the ACL token's secret ("" when the cluster runs without ACLs).
+func newNodeClient(httpAddr, token string) *client.Client {
 	c, err := client.New([]string{httpAddr}, client.Options{
 		MaxRetries: 2, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		DialTimeout: time.Second, Stream: true, TLS: tlsFor(httpAddr),
+		DialTimeout: time.Second, Stream: true, TLS: tlsFor(httpAddr), Token: token,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("chaos: client for %q: %v", httpAddr, err))

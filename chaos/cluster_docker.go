@@ -138,6 +138,7 @@ type DockerCluster struct {
 	netem                               bool     // tc netem works (the kernel has sch_netem)
 	proxy                               *Network // nil when netem delays and drops
 	logf                                func(string, ...any)
+	agentArgs                           []string // added to every agent command line
 
 	mu struct {
 		sync.Mutex
@@ -149,8 +150,9 @@ type DockerCluster struct {
 var _ Cluster = (*DockerCluster)(nil)
 
 // StartDockerCluster creates a network and n containers from image.
-func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func(string, ...any)) (*DockerCluster, error) {
-	c := &DockerCluster{image: image, dir: dir, prefix: "keel-chaos-" + randomHex(3), logf: logf}
+// agentArgs are added to every node's agent command line.
+func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func(string, ...any), agentArgs ...string) (*DockerCluster, error) {
+	c := &DockerCluster{image: image, dir: dir, prefix: "keel-chaos-" + randomHex(3), logf: logf, agentArgs: agentArgs}
 	c.mu.nodes = map[string]*dockerNode{}
 	c.network = c.prefix
 	if err := c.createNetwork(ctx); err != nil {
@@ -277,7 +279,7 @@ func (c *DockerCluster) newNode(ctx context.Context, bootstrap bool, join []stri
 	id := fmt.Sprintf("n%d", k)
 	n := &dockerNode{id: id, name: c.prefix + "-" + id, ip: fmt.Sprintf("%s.%d", c.subnet, 10+k),
 		dataDir: filepath.Join(c.dir, id), logPath: filepath.Join(c.dir, id+".log")}
-	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort))
+	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort), "")
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
 		return "", err
 	}
@@ -311,6 +313,7 @@ func (c *DockerCluster) run(ctx context.Context, n *dockerNode, bootstrap bool, 
 	if len(join) > 0 {
 		args = append(args, "-join", strings.Join(join, ","))
 	}
+	args = append(args, c.agentArgs...)
 	if _, err := docker(ctx, args...); err != nil {
 		return err
 	}

@@ -44,9 +44,15 @@ type ProcConfig struct {
 	// key migrations need (members announce what they support in gossip metadata).
 	// Off: the first node -bootstraps and the others -join its Raft address.
 	Gossip bool
-	// Remover removes a voter through some node's API (nil: FaultRemove unsupported).
-	Remover func(ctx context.Context, httpAddr, id string) error
-	Logf    func(format string, args ...any)
+	// Remover removes a voter through some node's API with the cluster's ACL token
+	// ("" for none) (nil: FaultRemove unsupported).
+	Remover func(ctx context.Context, httpAddr, id, token string) error
+	// ACL runs the cluster with access control on, when the binary has it: nodes keep
+	// their default (-acl-default deny), the harness bootstraps the ACL system once the
+	// first node leads, and every client of the harness sends the management token
+	// (Token). Off: nodes run -acl-default allow and clients send no token.
+	ACL  bool
+	Logf func(format string, args ...any)
 }
 
 // DefaultProcConfig returns a 3-node config; Bin and Dir must be set.
@@ -102,6 +108,7 @@ type ProcCluster struct {
 		sync.Mutex
 		nodes map[string]*procNode
 		next  int
+		token string // ACL management token, once bootstrapped (ProcConfig.ACL)
 	}
 }
 
@@ -152,6 +159,10 @@ func StartProcCluster(ctx context.Context, cfg ProcConfig) (*ProcCluster, error)
 			if _, err := WaitLeader(ctx, c); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("first node: %w", err)
+			}
+			if err := c.bootstrapACL(ctx, n); err != nil {
+				c.Close()
+				return nil, err
 			}
 		}
 	}
@@ -246,7 +257,7 @@ func (c *ProcCluster) newNode(tmpfs bool) (*procNode, error) {
 			return nil, err
 		}
 	}
-	n.cl = newNodeClient(n.httpAddr)
+	n.cl = newNodeClient(n.httpAddr, c.Token())
 	c.mu.Lock()
 	c.mu.nodes[id] = n
 	c.mu.Unlock()
@@ -297,6 +308,9 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 		bin, extra = n.bin, n.extra
 	}
 	c.mu.Unlock()
+	if !c.cfg.ACL {
+		args = append(args, aclArgs(bin)...)
+	}
 	args = append(args, extra...)
 	if c.tls != nil {
 		args = append(args, c.tls.args(n.id)...)
@@ -390,7 +404,11 @@ func (c *ProcCluster) Members() []string {
 }
 
 // Client implements Cluster.
-func (c *ProcCluster) Client(id string) *client.Client { return c.node(id).cl }
+func (c *ProcCluster) Client(id string) *client.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.nodes[id].cl
+}
 
 // HTTPAddr is the node's HTTP address.
 func (c *ProcCluster) HTTPAddr(id string) string { return c.node(id).httpAddr }
@@ -492,7 +510,7 @@ func (c *ProcCluster) RemoveNode(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.cfg.Remover(ctx, c.HTTPAddr(leader), id); err != nil {
+	if err := c.cfg.Remover(ctx, c.HTTPAddr(leader), id, c.Token()); err != nil {
 		return fmt.Errorf("remove %s via %s: %w", id, leader, err)
 	}
 	c.mu.Lock()
@@ -745,4 +763,34 @@ func agentHasFlag(bin, name string) bool {
 		help, _ = agentFlags.LoadOrStore(bin, string(out))
 	}
 	return strings.Contains(help.(string), "--"+name+" ")
+}
+
+// bootstrapACL bootstraps the ACL system through the first node when cfg.ACL is set
+// and the binary has ACLs, keeps the management token, and gives the node a client
+// that sends it.
+func (c *ProcCluster) bootstrapACL(ctx context.Context, n *procNode) error {
+	if !c.cfg.ACL || aclArgs(c.cfg.Bin) == nil {
+		return nil
+	}
+	cl, err := client.New([]string{n.httpAddr}, client.Options{MaxRetries: 20, TLS: tlsFor(n.httpAddr)})
+	if err != nil {
+		return err
+	}
+	tok, err := cl.ACLBootstrap(ctx)
+	if err != nil {
+		return fmt.Errorf("acl bootstrap: %w", err)
+	}
+	nc := newNodeClient(n.httpAddr, tok.SecretID)
+	c.mu.Lock()
+	c.mu.token, n.cl = tok.SecretID, nc
+	c.mu.Unlock()
+	c.cfg.Logf("acl: bootstrapped (token accessor %s); every harness client sends it", tok.AccessorID)
+	return nil
+}
+
+// Token is the ACL management token the harness uses ("" without ACLs).
+func (c *ProcCluster) Token() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.token
 }

@@ -67,7 +67,7 @@ func (r *FaultRunner) watchCutOff(nodes []string, heal func() error) func() erro
 	healing := make(chan time.Time, 1)
 	for _, id := range nodes {
 		cl, err := client.New([]string{addrs.HTTPAddr(id)}, client.Options{MaxRetries: -1, DialTimeout: time.Second,
-			TLS: tlsFor(addrs.HTTPAddr(id))})
+			TLS: tlsFor(addrs.HTTPAddr(id)), Token: clusterToken(r.c)})
 		if err != nil {
 			continue
 		}

@@ -165,7 +165,8 @@ func StartLeases(ctx context.Context, c Cluster, h *History, d time.Duration, lo
 			tr = rt(tr)
 		}
 		return client.New(list, client.Options{MaxRetries: 2, MinBackoff: 20 * time.Millisecond,
-			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}, TLS: tlsFor(list[0])})
+			MaxBackoff: 200 * time.Millisecond, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}, TLS: tlsFor(list[0]),
+			Token: clusterToken(c)})
 	}
 	// The kept-alive lease's client sets no request timeout of its own: KeepAlive must
 	// get past a node that holds its request (a leader cut off from its peers answers

@@ -122,7 +122,7 @@ func StartWatchers(ctx context.Context, c Cluster, prefix string, n int, logf fu
 			list = append(list, addrs.HTTPAddr(members[(i+j)%len(members)]))
 		}
 		cl, err := client.New(list, client.Options{MaxRetries: 2, MinBackoff: 20 * time.Millisecond,
-			MaxBackoff: 200 * time.Millisecond, DialTimeout: time.Second, TLS: tlsFor(list[0])})
+			MaxBackoff: 200 * time.Millisecond, DialTimeout: time.Second, TLS: tlsFor(list[0]), Token: clusterToken(c)})
 		if err != nil {
 			logf("watcher %d: %v", i, err)
 			continue

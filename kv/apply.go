@@ -35,6 +35,9 @@ func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, erro
 // applyTxn applies a transaction of the KV API as one command, refusing writes to
 // reserved keys (checkReservedWrites): keel's own records and typed resources.
 func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
+	if err := checkTxnAccess(ctx, txn); err != nil {
+		return nil, err
+	}
 	if err := s.checkReservedWrites(txn); err != nil {
 		return nil, err
 	}

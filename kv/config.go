@@ -70,6 +70,10 @@ type Config struct {
 	// WatchBuffer bounds the events queued for one watch and not yet written to its
 	// connection; a watch whose buffer fills ends with reason SlowWatcher.
 	WatchBuffer int
+	// ACLDefault is what a cluster whose ACL system is not bootstrapped allows: ACLAllow
+	// serves every request, ACLDeny only health, status and the bootstrap route. Once
+	// bootstrapped, every route but those needs a token, whatever the default.
+	ACLDefault string
 }
 
 // MaxRequestBytesLimit is the most MaxValueBytes and MaxTxnBodyBytes may be set to.
@@ -101,6 +105,7 @@ func DefaultConfig() Config {
 		MaxStreamInFlight:  1024,
 		StreamFrameTimeout: 10 * time.Second,
 		WatchBuffer:        1024,
+		ACLDefault:         ACLAllow,
 	}
 }
 
@@ -160,6 +165,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWatches < 0 || c.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxWatches %d must be >= 0 and WatchBuffer %d >= 1", c.MaxWatches, c.WatchBuffer))
+	}
+	if c.ACLDefault != "" && c.ACLDefault != ACLAllow && c.ACLDefault != ACLDeny {
+		errs = append(errs, fmt.Errorf("kv: ACLDefault %q: want %q or %q", c.ACLDefault, ACLAllow, ACLDeny))
 	}
 	if c.RetryAfter < time.Second {
 		errs = append(errs, fmt.Errorf("kv: RetryAfter %v must be >= 1s", c.RetryAfter))

@@ -42,6 +42,12 @@ var (
 	ErrMethodNotAllowed = errors.New("kv: method not allowed")
 	// ErrTooManyWatches: the node already serves Config.MaxWatches watches.
 	ErrTooManyWatches = errors.New("kv: too many watches")
+	// ErrUnauthorized: ACLs are enforced and the request carries no valid token.
+	ErrUnauthorized = errors.New("kv: unauthorized")
+	// ErrForbidden: the request's token lacks the right the request needs.
+	ErrForbidden = errors.New("kv: forbidden")
+	// ErrAlreadyBootstrapped: the cluster's ACL system was bootstrapped before.
+	ErrAlreadyBootstrapped = errors.New("kv: acl system already bootstrapped")
 )
 
 // expiredError is a 410 that carries an inconsistent continue token.
@@ -68,6 +74,12 @@ func classify(err error) (code int, reason string) {
 		errors.Is(err, fsm.ErrTooManyOps), errors.Is(err, versions.ErrBadObject),
 		errors.Is(err, versions.ErrConversion):
 		return http.StatusBadRequest, api.ReasonBadRequest
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, api.ReasonUnauthorized
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, api.ReasonForbidden
+	case errors.Is(err, ErrAlreadyBootstrapped):
+		return http.StatusConflict, api.ReasonAlreadyBootstrapped
 	case errors.Is(err, ErrReservedPrefix):
 		return http.StatusForbidden, api.ReasonReservedPrefix
 	case errors.Is(err, ErrDowngraded):

@@ -52,15 +52,16 @@ func (s *Server) routes() {
 	s.route(api.PathReady, map[string]handlerFunc{http.MethodGet: s.handleReady})
 	s.apiRoutes()
 	s.leaseRoutes()
-	s.mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+	s.aclRoutes()
+	s.register("/", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return ErrNoRoute
-	}))
+	}), true)
 }
 
 func (s *Server) route(path string, methods map[string]handlerFunc) {
 	allowed := make([]string, 0, len(methods)+1)
 	for m, h := range methods {
-		s.mux.Handle(m+" "+path, s.wrap(h))
+		s.register(m+" "+path, s.wrap(h), false)
 		allowed = append(allowed, m)
 		if m == http.MethodGet {
 			allowed = append(allowed, http.MethodHead)
@@ -68,10 +69,10 @@ func (s *Server) route(path string, methods map[string]handlerFunc) {
 	}
 	sort.Strings(allowed)
 	allow := strings.Join(allowed, ", ")
-	s.mux.Handle(path, s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+	s.register(path, s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", allow)
 		return ErrMethodNotAllowed
-	}))
+	}), true)
 }
 
 // writeJSON writes v as the JSON body with status code. An encoding failure after the

@@ -41,6 +41,13 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	resp.Revision, resp.CompactRevision = view.Revision(), view.CompactRevision()
+	resp.ACL = &api.ACLStatus{Default: s.cfg.ACLDefault}
+	if resp.ACL.Default == "" {
+		resp.ACL.Default = ACLAllow
+	}
+	if st, err := s.aclStateNow(ctx); err == nil {
+		resp.ACL.Bootstrapped = st.bootstrapped
+	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
 }

@@ -142,6 +142,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 
 // getKey reads key at rev (0 = latest) and returns it with the revision read.
 func (s *Server) getKey(ctx context.Context, key string, rev int64, cons fsm.Consistency) (fsm.KeyValue, int64, error) {
+	if err := checkKey(ctx, []byte(key), false); err != nil {
+		return fsm.KeyValue{}, 0, err
+	}
 	view, err := s.viewAt(ctx, cons, rev)
 	if err != nil {
 		return fsm.KeyValue{}, 0, err

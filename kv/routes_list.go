@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,11 +35,20 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	if err != nil {
 		return err
 	}
+	allow, err := readFilter(r.Context(), req.start, req.end)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	kvs, rev, cont, err := s.scanPage(ctx, req)
 	if err != nil {
 		return err
+	}
+	if allow != nil {
+		// Only what the token may read; the page may hold fewer items (or none) and
+		// still carry a continue token.
+		kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !allow(kv.Key) })
 	}
 	if strings.Contains(r.Header.Get("Accept"), api.ContentTypeBinaryList) {
 		writeBinaryList(w, kvs, rev, cont)

@@ -83,6 +83,25 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if q.opts.End == nil {
+		err = checkKey(r.Context(), q.opts.Key, false)
+	} else {
+		_, err = readFilter(r.Context(), q.opts.Key, q.opts.End)
+	}
+	if err != nil {
+		return err
+	}
+	var allow func([]byte) bool
+	var revoked func() error
+	if az := authzOf(r.Context()); az != nil {
+		revoked = func() error { _, err := s.current(az); return err }
+		// Each event is checked against the rights the token holds when it is sent: a
+		// policy change or a deleted token stops the events it no longer allows.
+		allow = func(key []byte) bool {
+			cur, err := s.current(az)
+			return err == nil && cur.key(key, false)
+		}
+	}
 	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
 		s.watches.Add(-1)
 		return fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
@@ -111,7 +130,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096), prevKV: q.prevKV,
-		writeTimeout: s.cfg.WriteTimeout}
+		writeTimeout: s.cfg.WriteTimeout, allow: allow, revoked: revoked}
 	ws.enc = json.NewEncoder(ws.bw)
 	if err := ws.flush(); err != nil {
 		return nil
@@ -195,17 +214,46 @@ type watchStream struct {
 	enc          *json.Encoder
 	prevKV       bool
 	writeTimeout time.Duration
+	// allow, when set, says which keys the token may read: other events are dropped.
+	allow func(key []byte) bool
+	// revoked, when set, fails once the watch's token is deleted: the watch then ends
+	// with a 401 line.
+	revoked func() error
+}
+
+// checkToken ends the watch when its token was deleted.
+func (ws *watchStream) checkToken() error {
+	if ws.revoked == nil {
+		return nil
+	}
+	err := ws.revoked()
+	if err != nil {
+		ws.end(err)
+	}
+	return err
 }
 
 // events writes the events of groups and flushes once: a revision's events travel
 // together.
 func (ws *watchStream) events(groups []*fsm.RevisionEvents) error {
+	if err := ws.checkToken(); err != nil {
+		return err
+	}
 	for _, g := range groups {
-		for i := range g.Events {
-			ev := &g.Events[i]
+		evs := g.Events
+		if ws.allow != nil {
+			evs = make([]fsm.Event, 0, len(g.Events))
+			for _, ev := range g.Events {
+				if ws.allow(ev.KV.Key) {
+					evs = append(evs, ev)
+				}
+			}
+		}
+		for i := range evs {
+			ev := &evs[i]
 			kv := toAPI(ev.KV)
 			line := api.WatchEvent{Type: api.EventPut, KV: &kv, Revision: g.Revision,
-				Remaining: len(g.Events) - 1 - i}
+				Remaining: len(evs) - 1 - i}
 			if ev.Type == fsm.EventDelete {
 				line.Type = api.EventDelete
 			}
@@ -222,6 +270,9 @@ func (ws *watchStream) events(groups []*fsm.RevisionEvents) error {
 }
 
 func (ws *watchStream) progress(rev int64) error {
+	if err := ws.checkToken(); err != nil {
+		return err
+	}
 	return ws.line(api.WatchEvent{Type: api.EventProgress, Revision: rev})
 }
 
@@ -249,6 +300,8 @@ func endLine(err error) api.WatchEvent {
 		line.Reason = api.ReasonResourceExpired
 	case errors.Is(err, fsm.ErrWatchRestored):
 		line.Reason = api.ReasonRestored
+	case errors.Is(err, ErrUnauthorized):
+		line.Reason = api.ReasonUnauthorized
 	default:
 		line.Reason = api.ReasonInternal
 	}

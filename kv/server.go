@@ -60,6 +60,18 @@ type Server struct {
 	watchStop chan struct{}
 	stopOnce  sync.Once
 
+	// acl is the node's view of the ACL records (acl.go); nil until first read.
+	// aclRefresh is when an unknown token last made it re-read them at the leader.
+	acl        atomic.Pointer[aclState]
+	aclRefresh atomic.Int64
+	// aclConfirmed: acl has been read at the leader once (authenticate).
+	aclConfirmed atomic.Bool
+	aclDone      chan struct{} // closed when aclLoop returns; nil when it never ran
+
+	// patterns are the registered route patterns (Routes).
+	routesMu sync.Mutex
+	patterns []string
+
 	// lessor keeps lease deadlines while this node leads (lessor.go); its loop runs
 	// from Serve to Shutdown.
 	lessor *lessor
@@ -101,7 +113,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Handle registers an extra route on the server's mux (for example /metrics) with a
 // Go 1.22 ServeMux pattern; it panics on a pattern conflict, like ServeMux.Handle.
 // Register before serving.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+// The pattern must have an access rule (acl_routes.go) or the route answers 403.
+func (s *Server) Handle(pattern string, h http.Handler) { s.register(pattern, h, false) }
 
 // AddReadyCheck adds a condition that /readyz requires; check returns nil when ready
 // or an error saying why not. Safe to call while serving.
@@ -132,6 +145,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.http.srv = srv
 	s.lessor.start()
+	s.aclDone = make(chan struct{})
+	go func() {
+		defer close(s.aclDone)
+		s.aclLoop(s.watchStop)
+	}()
 	s.http.Unlock()
 	s.log.Info("serving HTTP", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
 	// net/http's own error answers (431, 400, 501) become JSON (rawerrors.go).
@@ -152,11 +170,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.http.Lock()
 	s.http.closed = true
 	srv := s.http.srv
+	aclDone := s.aclDone
 	s.http.Unlock()
 	s.stopOnce.Do(func() {
 		close(s.watchStop)
 		s.lessor.stop()
 	})
+	if aclDone != nil {
+		<-aclDone
+	}
 	if srv == nil {
 		s.closeStreams(ctx)
 		return nil

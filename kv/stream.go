@@ -58,7 +58,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		conn.Close()
 		return nil // the status line is out (hijacked): nothing more to answer
 	}
-	c := s.newStreamConn(conn, brw.Reader)
+	c := s.newStreamConn(conn, brw.Reader, authzOf(r.Context()))
 	if c == nil {
 		conn.Close()
 		return nil
@@ -94,9 +94,10 @@ type streamConn struct {
 }
 
 // newStreamConn registers a stream with the server (so Shutdown closes it); nil once
-// the server is shutting down.
-func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader) *streamConn {
-	ctx, cancel := context.WithCancel(context.Background())
+// the server is shutting down. Every request of the stream runs with the rights of
+// az, the token of the upgrade request (nil: ACLs not enforced).
+func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader, az *authorizer) *streamConn {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), authzKey{}, az))
 	c := &streamConn{s: s, conn: conn, br: br, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, s.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),
 		bw: bufio.NewWriterSize(conn, streamBufSize)}
@@ -327,7 +328,16 @@ func (s *Server) streamDo(ctx context.Context, req *api.StreamRequest) api.Strea
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	err := s.streamOp(ctx, req, &resp)
+	var err error
+	if az := authzOf(ctx); az != nil {
+		// The connection's token, with the rights it holds now.
+		if az, err = s.current(az); err == nil {
+			ctx = context.WithValue(ctx, authzKey{}, az)
+		}
+	}
+	if err == nil {
+		err = s.streamOp(ctx, req, &resp)
+	}
 	if err != nil {
 		e := errorBody(err, req.Op != api.StreamGet)
 		if e.Code == http.StatusInternalServerError {

@@ -79,6 +79,9 @@ func (c *keelCluster) startNode(i int, extra ...string) error {
 		"-data-dir", filepath.Join(c.dir, name),
 		"-http-addr", c.httpAddr(i),
 		"-raft-addr", c.raftAddr(i),
+		// The load generator sends no token: serve it as a cluster without ACLs
+		// (the default outside -dev is deny until `keel acl bootstrap`).
+		"-acl-default", "allow",
 	}, extra...)
 	args = append(args, c.security(name)...)
 	if c.pprof {

@@ -116,6 +116,13 @@ func newStatusCmd() *cobra.Command {
 			case st.Insecure:
 				fmt.Fprintln(w, "security\tINSECURE: plain text, no TLS (-insecure or -dev)")
 			}
+			if st.ACL != nil {
+				state := "not bootstrapped (keel acl bootstrap)"
+				if st.ACL.Bootstrapped {
+					state = "bootstrapped: tokens required"
+				}
+				fmt.Fprintf(w, "acl\t%s; default %s\n", state, st.ACL.Default)
+			}
 			fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSUFFRAGE\tLEADER")
 			for _, m := range st.Members {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", m.ID, m.Address, m.Suffrage, m.Leader)

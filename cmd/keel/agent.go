@@ -58,6 +58,7 @@ type agentFlags struct {
 	versionGCAfter                                           time.Duration
 	caFile, certFile, keyFile                                string
 	verifyClients, insecure                                  bool
+	aclDefault                                               string
 }
 
 func newAgentCmd() *cobra.Command {
@@ -110,6 +111,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.keyFile, "key-file", "", "key of -cert-file (PEM)")
 	fl.BoolVar(&f.verifyClients, "verify-clients", false, "HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME)")
 	fl.BoolVar(&f.insecure, "insecure", false, "run without TLS outside -dev: every port plain text, open to anyone who reaches it")
+	fl.StringVar(&f.aclDefault, "acl-default", "", "what a cluster answers before keel acl bootstrap, `allow|deny` (deny: only health, status and bootstrap; default deny, allow with -dev)")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
 	_ = fl.MarkHidden("test-log-faults")
 	return cmd
@@ -142,6 +144,17 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		return err
 	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
+	switch f.aclDefault {
+	case "":
+		cfg.KV.ACLDefault = kv.ACLDeny
+		if f.dev {
+			cfg.KV.ACLDefault = kv.ACLAllow
+		}
+	case kv.ACLAllow, kv.ACLDeny:
+		cfg.KV.ACLDefault = f.aclDefault
+	default:
+		return fmt.Errorf("-acl-default %q: want allow or deny", f.aclDefault)
+	}
 	if f.maxValueBytes > cfg.KV.MaxTxnBodyBytes { // a transaction can carry one value that large
 		cfg.KV.MaxTxnBodyBytes = min(2*f.maxValueBytes, kv.MaxRequestBytesLimit)
 	}
@@ -198,6 +211,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	}
 	fmt.Fprintf(os.Stdout, "keel node %s serving %s://%s (raft %s, data dir %s)\n",
 		a.NodeID(), scheme, a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
+	if cfg.KV.ACLDefault == kv.ACLDeny {
+		fmt.Fprintf(os.Stdout, "ACL default deny: until `keel acl bootstrap`, this node answers only health, status and bootstrap\n")
+	}
 	if f.dev {
 		fmt.Fprintf(os.Stdout, "try: curl -X PUT http://%s/v1/kv/hello -d world && curl http://%s/v1/kv/hello?raw=true\n",
 			a.HTTPAddr(), a.HTTPAddr())

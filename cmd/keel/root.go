@@ -21,6 +21,7 @@ type globalFlags struct {
 	caFile, certFile, keyFile string
 	timeout                   time.Duration
 	output                    string
+	token                     string
 }
 
 var global globalFlags
@@ -44,10 +45,11 @@ func newRootCmd() *cobra.Command {
 	pf.StringVar(&global.keyFile, "key-file", os.Getenv("KEEL_KEY_FILE"), "key of -cert-file (env KEEL_KEY_FILE)")
 	pf.DurationVar(&global.timeout, "timeout", 30*time.Second, "deadline for one command")
 	pf.StringVarP(&global.output, "output", "o", "text", "output format: text or json")
+	pf.StringVar(&global.token, "token", os.Getenv("KEEL_TOKEN"), "ACL token secret sent with every request (env KEEL_TOKEN)")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd(), newACLCmd())
 	return root
 }
 
@@ -63,7 +65,7 @@ func newClient() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(addrs, client.Options{TLS: tlsCfg})
+	return client.New(addrs, client.Options{TLS: tlsCfg, Token: global.token})
 }
 
 // withTimeout is the context of one client command.

@@ -30,12 +30,23 @@ type AutopilotConfig struct {
 	MaxTrailingLogs uint64
 	// Interval between reconciliation rounds.
 	Interval time.Duration
+	// UnvouchedServerThreshold: a server of the Raft configuration that no gossip
+	// member vouches for (none has its ID and Raft address) is removed once this long
+	// has passed since the leader first saw it so. It catches servers added by hand
+	// over the Raft port (a stranger's add-voter frames) and stale addresses. Zero is
+	// defaultUnvouchedThreshold; negative turns the check off (clusters that mix nodes
+	// with and without gossip).
+	UnvouchedServerThreshold time.Duration
 }
+
+// defaultUnvouchedThreshold is the grace period of a Raft server no gossip member
+// vouches for: long enough for a new node's gossip to reach the leader.
+const defaultUnvouchedThreshold = 30 * time.Second
 
 // DefaultAutopilotConfig suits a LAN.
 func DefaultAutopilotConfig() AutopilotConfig {
 	return AutopilotConfig{ServerStabilizationTime: 10 * time.Second, DeadServerThreshold: 30 * time.Second,
-		MinQuorum: 3, MaxTrailingLogs: 256, Interval: time.Second}
+		MinQuorum: 3, MaxTrailingLogs: 256, Interval: time.Second, UnvouchedServerThreshold: defaultUnvouchedThreshold}
 }
 
 // gossip runs membership next to raft: it advertises this node, bootstraps the cluster
@@ -55,9 +66,13 @@ type gossip struct {
 	peers map[string]peerSeen
 	// wipedRemoved counts wiped servers this node removed as leader (tests read it).
 	wipedRemoved atomic.Int64
-	ready        []string // bootstrap set seen at the previous round
-	stop         context.CancelFunc
-	done         chan struct{}
+	// unvouched: Raft servers no gossip member vouches for → when this leader first
+	// saw them so; unvouchedRemoved counts the ones it removed (tests read it).
+	unvouched        map[string]time.Time
+	unvouchedRemoved atomic.Int64
+	ready            []string // bootstrap set seen at the previous round
+	stop             context.CancelFunc
+	done             chan struct{}
 }
 
 func (a *Agent) startGossip(ctx context.Context) error {
@@ -83,7 +98,7 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	a.node.SetCommandFormatLimit(fsm.MinCommandFormat)
 	rctx, cancel := context.WithCancel(context.Background())
 	g := &gossip{a: a, ml: ml, meta: meta, healthy: map[string]time.Time{},
-		peers: map[string]peerSeen{}, stop: cancel, done: make(chan struct{})}
+		peers: map[string]peerSeen{}, unvouched: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
 	a.gossip = g
 	go g.loop(rctx)
 	return nil
@@ -239,14 +254,23 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 		g.a.log.Info("autopilot: added non-voter", "id", m.ID(), "raft", m.Meta.RaftAddr)
 	}
 	now := time.Now()
+	for id := range g.unvouched {
+		if _, ok := inCfg[id]; !ok {
+			delete(g.unvouched, id) // removed meanwhile (by an operator, or re-added later: start over)
+		}
+	}
 	for _, s := range status.Members {
 		if s.ID == g.a.cfg.NodeID {
 			continue
 		}
 		m, known := byID[s.ID]
-		if !known {
-			continue // not a gossip member (a node started without gossip): leave it alone
+		if !known || m.Meta.RaftAddr != s.Address {
+			if g.removeUnvouched(opCtx, s, voters, now) && s.Suffrage == hraft.Voter {
+				voters--
+			}
+			continue
 		}
+		delete(g.unvouched, s.ID)
 		if m.Status == membership.StatusAlive && g.wiped(opCtx, s) {
 			// Unlike a dead server, a wiped one is removed even below MinQuorum: a voter
 			// that forgot its votes is a safety hazard, fewer voters an availability
@@ -289,6 +313,40 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 			g.promote(opCtx, s, m, now)
 		}
 	}
+}
+
+// removeUnvouched removes server s, which no gossip member vouches for, once it has
+// been so for UnvouchedServerThreshold; it reports whether s was removed. Such a
+// server was never added by autopilot (which adds gossip members only): a stranger
+// that sent add-server frames to the Raft port, or an address nobody answers for.
+// A fake voter only costs quorum, so it goes even below MinQuorum (never the last).
+func (g *gossip) removeUnvouched(ctx context.Context, s raft.Member, voters int, now time.Time) bool {
+	limit := g.a.cfg.Autopilot.UnvouchedServerThreshold
+	if limit < 0 {
+		return false
+	}
+	if limit == 0 {
+		limit = defaultUnvouchedThreshold
+	}
+	since, ok := g.unvouched[s.ID]
+	if !ok {
+		g.unvouched[s.ID] = now
+		g.a.log.Warn("autopilot: a raft server no gossip member vouches for; removing it unless one does soon",
+			"id", s.ID, "raft", s.Address, "after", limit)
+		return false
+	}
+	if now.Sub(since) < limit || (s.Suffrage == hraft.Voter && voters <= 1) {
+		return false
+	}
+	if err := g.a.node.RemoveServer(ctx, s.ID); err != nil {
+		g.a.log.Warn("autopilot: remove unvouched server", "id", s.ID, "error", err)
+		return false
+	}
+	delete(g.unvouched, s.ID)
+	delete(g.healthy, s.ID)
+	g.unvouchedRemoved.Add(1)
+	g.a.log.Warn("autopilot: removed a raft server no gossip member vouches for", "id", s.ID, "raft", s.Address)
+	return true
 }
 
 func (g *gossip) promote(ctx context.Context, s raft.Member, m membership.Member, now time.Time) {

@@ -45,6 +45,15 @@ const (
 	// API (/apis/...) may write: a typed resource's prefix or keel's system prefix.
 	// Nothing was written.
 	ReasonReservedPrefix = "ReservedPrefix"
+	// ReasonUnauthorized (401): the request carries no token, or one keel does not
+	// know (malformed, deleted, of another cluster), where ACLs require one.
+	ReasonUnauthorized = "Unauthorized"
+	// ReasonForbidden (403): the token is valid but lacks the right the request needs;
+	// the message names that right. Nothing was changed.
+	ReasonForbidden = "Forbidden"
+	// ReasonAlreadyBootstrapped (409): the ACL system of the cluster was bootstrapped
+	// before; the management token was shown then and is not shown again.
+	ReasonAlreadyBootstrapped = "AlreadyBootstrapped"
 	// ReasonNotFound (404): no such key, or no such route.
 	ReasonNotFound = "NotFound"
 	// ReasonLeaseNotFound (404): the lease named (keepalive, revoke, a put's lease) does

@@ -38,6 +38,9 @@ type StatusResponse struct {
 	// Insecure is true when the node was started with -insecure: plain text on every
 	// port, anyone who reaches a port can talk to it.
 	Insecure bool `json:"insecure,omitempty"`
+	// ACL says whether this node's view of the cluster has ACLs bootstrapped, and its
+	// -acl-default (absent from releases without ACLs).
+	ACL *ACLStatus `json:"acl,omitempty"`
 }
 
 // Member is one server of the raft configuration.

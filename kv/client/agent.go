@@ -128,6 +128,7 @@ func (c *Client) send(ctx context.Context, base, method, path string, body io.Re
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: %w", err)
 	}
+	c.authorize(req)
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}

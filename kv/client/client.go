@@ -48,6 +48,9 @@ type Options struct {
 	// "host:port" address becomes https:// when TLS is set. Ignored when HTTPClient
 	// is given.
 	TLS *tls.Config
+	// Token is the ACL token's secret, sent as `Authorization: Bearer <Token>` with
+	// every request (and the stream protocol's upgrade); empty sends none.
+	Token string
 }
 
 func (o Options) withDefaults() Options {
@@ -193,6 +196,7 @@ func (c *Client) attempt(ctx context.Context, base string, cl call, out any) (ti
 	if err != nil {
 		return 0, fmt.Errorf("client: %w", err)
 	}
+	c.authorize(req)
 	if cl.ctype != "" {
 		req.Header.Set("Content-Type", cl.ctype)
 	}
@@ -269,4 +273,11 @@ func retryAfterOf(resp *http.Response) time.Duration {
 		return 0
 	}
 	return time.Duration(secs) * time.Second
+}
+
+// authorize adds the token, if any, to req.
+func (c *Client) authorize(req *http.Request) {
+	if c.opts.Token != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+c.opts.Token)
+	}
 }

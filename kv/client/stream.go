@@ -56,8 +56,10 @@ type streamConn struct {
 }
 
 // dialStream connects to the node at base (http://host:port, or https://host:port
-// with tlsCfg) and upgrades.
-func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg *tls.Config) (*streamConn, error) {
+// with tlsCfg) and upgrades. A token, when set, authenticates the whole connection
+// (Authorization on the upgrade). A refused upgrade (401/403 included) is
+// errNoStream: the request then goes over HTTP, whose answer says why.
+func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg *tls.Config, token string) (*streamConn, error) {
 	host, secure := strings.CutPrefix(base, "https://")
 	if !secure {
 		host = strings.TrimPrefix(base, "http://")
@@ -86,6 +88,9 @@ func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg 
 	req, _ := http.NewRequest(http.MethodGet, base+api.PathStream, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", api.StreamProtocol)
+	if token != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+token)
+	}
 	br := bufio.NewReaderSize(conn, 64<<10)
 	fail := func(err error) (*streamConn, error) {
 		conn.Close()
@@ -249,7 +254,7 @@ func (c *Client) streamTo(ctx context.Context, base string) (*streamConn, error)
 	if !n.noStr.IsZero() && time.Since(n.noStr) < noStreamRecheck {
 		return nil, errNoStream
 	}
-	conn, err := dialStream(ctx, base, c.opts.DialTimeout, c.opts.TLS)
+	conn, err := dialStream(ctx, base, c.opts.DialTimeout, c.opts.TLS, c.opts.Token)
 	if errors.Is(err, errNoStream) {
 		n.noStr = time.Now()
 	}

@@ -139,6 +139,7 @@ func (c *Client) watchOnce(ctx context.Context, base, prefix string, opts WatchO
 	if err != nil {
 		return false, fmt.Errorf("client: %w", err)
 	}
+	c.authorize(req)
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("client: watch %q: %w", prefix, err)

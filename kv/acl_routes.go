@@ -1,0 +1,283 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// ruleKind says how a route is authorized.
+type ruleKind uint8
+
+const (
+	// ruleOpen: served without a token (health, status, the bootstrap route, and the
+	// method-less fallbacks that only answer 405).
+	ruleOpen ruleKind = iota + 1
+	// ruleToken: any valid token.
+	ruleToken
+	// ruleOperator: the operator right routeRule.right.
+	ruleOperator
+	// ruleKeys: a valid token; the handler checks each key it reads or writes.
+	ruleKeys
+	// ruleResourceRead, ruleResourceWrite: read or write on the {group}/{resource} of
+	// the path.
+	ruleResourceRead
+	ruleResourceWrite
+	// ruleAnyWrite: a token that may write some key (leases).
+	ruleAnyWrite
+)
+
+type routeRule struct {
+	kind  ruleKind
+	right string // ruleOperator
+}
+
+func op(right string) routeRule { return routeRule{kind: ruleOperator, right: right} }
+
+// routeRules is the access rule of every route pattern, the agent's included. A
+// pattern registered without a rule is answered 403 (fail closed), and
+// TestACLRouteTable fails.
+var routeRules = map[string]routeRule{
+	"GET " + api.PathHealth:        {kind: ruleOpen},
+	"GET " + api.PathReady:         {kind: ruleOpen},
+	"GET " + api.PathLive:          {kind: ruleOpen},
+	"GET " + api.PathStatus:        {kind: ruleOpen},
+	"POST " + api.PathACLBootstrap: {kind: ruleOpen},
+
+	"GET " + api.PathKV + "{key...}":    {kind: ruleKeys},
+	"PUT " + api.PathKV + "{key...}":    {kind: ruleKeys},
+	"DELETE " + api.PathKV + "{key...}": {kind: ruleKeys},
+	"GET " + api.PathWatch + "{key...}": {kind: ruleKeys},
+	"GET " + api.PathStream:             {kind: ruleKeys},
+	"POST " + api.PathTxn:               {kind: ruleKeys},
+	"POST " + api.PathCompact:           op(api.RightCompact),
+
+	"POST " + api.PathLeases:                     {kind: ruleAnyWrite},
+	"GET " + api.PathLeases:                      {kind: ruleAnyWrite},
+	"GET " + api.PathLeases + "/{id}":            {kind: ruleAnyWrite},
+	"DELETE " + api.PathLeases + "/{id}":         {kind: ruleAnyWrite},
+	"POST " + api.PathLeases + "/{id}/keepalive": {kind: ruleAnyWrite},
+
+	"GET " + PathAPIs: {kind: ruleToken},
+	"GET " + PathAPIs + "/{group}/{version}/{resource}":           {kind: ruleResourceRead},
+	"GET " + PathAPIs + "/{group}/{version}/{resource}/{name}":    {kind: ruleResourceRead},
+	"PUT " + PathAPIs + "/{group}/{version}/{resource}/{name}":    {kind: ruleResourceWrite},
+	"DELETE " + PathAPIs + "/{group}/{version}/{resource}/{name}": {kind: ruleResourceWrite},
+
+	"GET " + api.PathMetrics:                               {kind: ruleToken},
+	"GET " + api.PathVersions:                              op(api.RightMembers),
+	"GET " + api.PathAgentMembers:                          op(api.RightMembers),
+	"POST " + api.PathAgentLeave:                           op(api.RightPeers),
+	"DELETE " + api.PathAgentPeers + "{id}":                op(api.RightPeers),
+	"POST " + api.PathAgentTransferLeader:                  op(api.RightLeadership),
+	"GET " + api.PathAgentSnapshot:                         op(api.RightSnapshot),
+	"POST " + api.PathAgentSnapshot:                        op(api.RightSnapshot),
+	"PUT " + api.PathAgentSchema:                           op(api.RightSchema),
+	"GET " + api.PathMigrations:                            op(api.RightMigrations),
+	"POST " + api.PathMigrations:                           op(api.RightMigrations),
+	"DELETE " + api.PathMigrations + "/{group}/{resource}": op(api.RightMigrations),
+	"GET " + api.PathMigrationSettings:                     op(api.RightMigrations),
+	"PUT " + api.PathMigrationSettings:                     op(api.RightMigrations),
+	"GET " + api.PathACLTokens:                             op(api.RightACL),
+	"POST " + api.PathACLTokens:                            op(api.RightACL),
+	"DELETE " + api.PathACLTokens + "/{accessor}":          op(api.RightACL),
+	"GET " + api.PathACLTokenSelf:                          {kind: ruleToken},
+	"GET " + api.PathACLPolicies:                           op(api.RightACL),
+	"GET " + api.PathACLPolicies + "/{name}":               op(api.RightACL),
+	"PUT " + api.PathACLPolicies + "/{name}":               op(api.RightACL),
+	"DELETE " + api.PathACLPolicies + "/{name}":            op(api.RightACL),
+}
+
+// register adds h under pattern to the mux behind the pattern's access rule, and
+// records the pattern (Routes). open marks a method-less 405 fallback of route.
+func (s *Server) register(pattern string, h http.Handler, open bool) {
+	rule, ok := routeRules[pattern]
+	if open {
+		rule, ok = routeRule{kind: ruleOpen}, true
+	}
+	s.routesMu.Lock()
+	s.patterns = append(s.patterns, pattern)
+	s.routesMu.Unlock()
+	s.mux.Handle(pattern, s.authorize(pattern, rule, ok, h))
+}
+
+// Routes returns every registered route pattern (for the route × token table test and
+// docs), in registration order.
+func (s *Server) Routes() []string {
+	s.routesMu.Lock()
+	defer s.routesMu.Unlock()
+	return slices.Clone(s.patterns)
+}
+
+// RouteHasRule reports whether pattern has an access rule.
+func RouteHasRule(pattern string) bool { _, ok := routeRules[pattern]; return ok }
+
+type authzKey struct{}
+
+// authzOf returns the request's authorizer: nil when ACLs are not enforced.
+func authzOf(ctx context.Context) *authorizer {
+	a, _ := ctx.Value(authzKey{}).(*authorizer)
+	return a
+}
+
+// authorize is the one place requests are authenticated: it checks the route's rule
+// and hands the token's authorizer to the handler in the request context.
+func (s *Server) authorize(pattern string, rule routeRule, ok bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ok {
+			s.log.Error("acl: route without an access rule: refusing it", "pattern", pattern)
+			s.writeError(w, r, fmt.Errorf("%w: route %q has no access rule", ErrForbidden, pattern))
+			return
+		}
+		if rule.kind == ruleOpen {
+			h.ServeHTTP(w, r)
+			return
+		}
+		az, err := s.authenticate(r.Context(), r.Header.Get(api.HeaderAuthorization))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if az == nil {
+			h.ServeHTTP(w, r) // not enforced
+			return
+		}
+		if err := checkRule(rule, az, r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authzKey{}, az)))
+	})
+}
+
+func checkRule(rule routeRule, az *authorizer, r *http.Request) error {
+	switch rule.kind {
+	case ruleOperator:
+		if !az.right(rule.right) {
+			return forbiddenRight(rule.right)
+		}
+	case ruleResourceRead, ruleResourceWrite:
+		write := rule.kind == ruleResourceWrite
+		g, res := r.PathValue("group"), r.PathValue("resource")
+		if !az.resource(g, res, write) {
+			return fmt.Errorf("%w: the token has no %s right on resource %s/%s", ErrForbidden, accessWord(write), g, res)
+		}
+	case ruleAnyWrite:
+		if !az.anyWrite() {
+			return fmt.Errorf("%w: leases need a token with a write right on some key prefix", ErrForbidden)
+		}
+	}
+	return nil
+}
+
+// minLinearizableRefresh bounds how often an unknown token makes the node re-read the
+// ACL records at the leader (a token created a moment ago may not be applied here).
+const minLinearizableRefresh = 100 * time.Millisecond
+
+// authenticate resolves the Authorization header: (nil, nil) when ACLs are not
+// enforced, the token's authorizer, or ErrUnauthorized. Errors never hold the token.
+func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, error) {
+	st, err := s.aclStateNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acl state: %w", err)
+	}
+	if !s.aclConfirmed.Load() {
+		// A node that has just started (or joined) may not have applied the ACL records
+		// yet: its empty state would say "not bootstrapped" and let everything through
+		// (allow) or refuse everything (deny). Until one read at the leader has shown it
+		// the records, it asks the leader; the watch keeps it current afterwards.
+		if st, err = s.reloadACL(ctx, fsm.Linearizable); err != nil {
+			return nil, fmt.Errorf("acl state: %w", err)
+		}
+		s.aclConfirmed.Store(true)
+	}
+	if !st.bootstrapped {
+		if s.cfg.ACLDefault == ACLDeny {
+			return nil, fmt.Errorf("%w: ACLs are on (-acl-default deny) and the cluster's ACL system is not "+
+				"bootstrapped yet: run `keel acl bootstrap`", ErrUnauthorized)
+		}
+		return nil, nil
+	}
+	secret, err := parseBearer(header)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	t := st.lookup(secret)
+	if t == nil {
+		now := time.Now().UnixNano()
+		if last := s.aclRefresh.Load(); now-last > int64(minLinearizableRefresh) && s.aclRefresh.CompareAndSwap(last, now) {
+			if st2, err := s.reloadACL(ctx, fsm.Linearizable); err == nil {
+				t = st2.lookup(secret)
+			}
+		}
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
+	}
+	return t.authz, nil
+}
+
+// checkKey refuses the request unless its token may read (write) key.
+func checkKey(ctx context.Context, key []byte, write bool) error {
+	if az := authzOf(ctx); az != nil && !az.key(key, write) {
+		return forbiddenKey(key, write)
+	}
+	return nil
+}
+
+// checkSpan refuses the request unless its token may read (write) all of [start, end).
+func checkSpan(ctx context.Context, start, end []byte, write bool) error {
+	if az := authzOf(ctx); az != nil && !az.span(start, end, write) {
+		return forbiddenRange(start, end, write)
+	}
+	return nil
+}
+
+// readFilter returns nil when the token may read every key of [start, end), a
+// per-key filter when it may read some of them, and ErrForbidden when none.
+func readFilter(ctx context.Context, start, end []byte) (func(key []byte) bool, error) {
+	az := authzOf(ctx)
+	if az == nil || az.span(start, end, false) {
+		return nil, nil
+	}
+	if !az.some(start, end) {
+		return nil, forbiddenRange(start, end, false)
+	}
+	return func(key []byte) bool { return az.key(key, false) }, nil
+}
+
+// checkTxnAccess refuses a KV API transaction unless its token may read every key it
+// compares or gets and write every key it puts or deletes, in both branches.
+func checkTxnAccess(ctx context.Context, txn *fsm.Txn) error {
+	az := authzOf(ctx)
+	if az == nil {
+		return nil
+	}
+	for _, c := range txn.Compares {
+		if !az.key(c.Key, false) {
+			return forbiddenKey(c.Key, false)
+		}
+	}
+	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
+		for _, o := range ops {
+			var err error
+			switch {
+			case o.Type == fsm.OpDeleteRange:
+				err = checkSpan(ctx, o.Key, o.End, true)
+			case o.Type == fsm.OpGet && o.End != nil:
+				err = checkSpan(ctx, o.Key, o.End, false)
+			default:
+				err = checkKey(ctx, o.Key, o.Type != fsm.OpGet)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package api
+
+// Access control (ACL) wire types. A token is bound to policies; a policy grants read
+// or write on key prefixes, read or write on typed resources (group/resource), and
+// operator rights. Requests carry the token's secret as `Authorization: Bearer
+// SECRET`; the stream protocol takes it on the upgrade request.
+
+// Paths of the ACL routes.
+const (
+	// PathACLBootstrap answers POST with the first management token (ACLToken with its
+	// secret), once per cluster; 409 afterwards.
+	PathACLBootstrap = "/v1/acl/bootstrap"
+	// PathACLTokens accepts GET (list, secrets never shown) and POST ACLTokenRequest.
+	PathACLTokens = "/v1/acl/tokens"
+	// PathACLTokenSelf answers GET with the calling token (without its secret).
+	PathACLTokenSelf = "/v1/acl/token/self"
+	// PathACLPolicies accepts GET (list); PathACLPolicies + "/{name}" PUT ACLPolicy,
+	// GET and DELETE.
+	PathACLPolicies = "/v1/acl/policies"
+)
+
+// HeaderAuthorization carries the token: "Bearer " + secret.
+const HeaderAuthorization = "Authorization"
+
+// Access levels of key and resource rules. Write includes read.
+const (
+	AccessRead  = "read"
+	AccessWrite = "write"
+)
+
+// Operator rights. A policy's Operator list holds any of them, or "*" for all.
+const (
+	RightCompact       = "compact"        // POST /v1/compact
+	RightMembers       = "members"        // GET /v1/agent/members, /v1/versions
+	RightPeers         = "peers"          // remove a peer, make a node leave
+	RightLeadership    = "leadership"     // transfer leadership
+	RightSnapshot      = "snapshot"       // snapshot save and restore
+	RightSchema        = "schema"         // apply a schema
+	RightMigrations    = "migrations"     // storage-version migrations and their settings
+	RightKeyMigrations = "key-migrations" // phased key migrations
+	RightACL           = "acl"            // tokens and policies
+	RightAll           = "*"
+)
+
+// OperatorRights lists every operator right (RightAll excluded).
+var OperatorRights = []string{RightCompact, RightMembers, RightPeers, RightLeadership, RightSnapshot,
+	RightSchema, RightMigrations, RightKeyMigrations, RightACL}
+
+// ManagementPolicy is the name of the policy bootstrap creates: every right.
+const ManagementPolicy = "global-management"
+
+// ACLKeyRule grants Access on every key starting with Prefix ("" = every key).
+type ACLKeyRule struct {
+	Prefix string `json:"prefix"`
+	Access string `json:"access"`
+}
+
+// ACLResourceRule grants Access on the objects of a typed resource; "*" matches any
+// group or resource.
+type ACLResourceRule struct {
+	Group    string `json:"group"`
+	Resource string `json:"resource"`
+	Access   string `json:"access"`
+}
+
+// ACLPolicy is a named set of rights.
+type ACLPolicy struct {
+	Name        string            `json:"name"`
+	Description string            `json:"description,omitempty"`
+	Keys        []ACLKeyRule      `json:"keys,omitempty"`
+	Resources   []ACLResourceRule `json:"resources,omitempty"`
+	Operator    []string          `json:"operator,omitempty"`
+	// Revision is the policy record's mod revision (GET); on PUT a non-zero Revision
+	// makes the write a compare-and-swap.
+	Revision int64 `json:"revision,omitempty"`
+}
+
+// ACLPoliciesResponse answers GET /v1/acl/policies.
+type ACLPoliciesResponse struct {
+	Policies []ACLPolicy `json:"policies"`
+}
+
+// ACLTokenRequest creates a token (POST /v1/acl/tokens).
+type ACLTokenRequest struct {
+	Description string   `json:"description,omitempty"`
+	Policies    []string `json:"policies"`
+}
+
+// ACLToken describes a token. SecretID is set only in the answer that created it
+// (bootstrap or create): keel stores only its SHA-256.
+type ACLToken struct {
+	AccessorID  string   `json:"accessor_id"`
+	SecretID    string   `json:"secret_id,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Policies    []string `json:"policies"`
+	CreateTime  string   `json:"create_time"`
+}
+
+// ACLTokensResponse answers GET /v1/acl/tokens.
+type ACLTokensResponse struct {
+	Tokens []ACLToken `json:"tokens"`
+}
+
+// ACLStatus is the acl part of /v1/status.
+type ACLStatus struct {
+	// Default is this node's -acl-default ("allow" or "deny"): what a cluster without
+	// a bootstrapped ACL system allows.
+	Default      string `json:"default"`
+	Bootstrapped bool   `json:"bootstrapped"`
+}
