@@ -42,6 +42,9 @@ type Config struct {
 	RetryAfter time.Duration
 	// MaxWatches bounds the watches one node serves at once: 429 above it.
 	MaxWatches int
+	// MaxStreamWatches bounds the watches one stream-protocol connection carries at
+	// once (0 = no bound but MaxWatches): a watch above it is refused with a 429.
+	MaxStreamWatches int
 	// WatchBuffer bounds the events queued for one watch and not yet written to its
 	// connection; a watch whose buffer fills ends with reason SlowWatcher.
 	WatchBuffer int
@@ -71,6 +74,7 @@ func DefaultConfig() Config {
 		SecretWait:        2 * time.Second,
 		RetryAfter:        time.Second,
 		MaxWatches:        10000,
+		MaxStreamWatches:  10000,
 		WatchBuffer:       1024,
 	}
 }
@@ -122,7 +126,7 @@ func (c Config) Validate() error {
 	if c.SecretWait <= 0 {
 		errs = append(errs, fmt.Errorf("kv: SecretWait %v must be > 0", c.SecretWait))
 	}
-	if c.MaxWatches < 0 || c.WatchBuffer < 1 {
+	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxWatches %d must be >= 0 and WatchBuffer %d >= 1", c.MaxWatches, c.WatchBuffer))
 	}
 	if c.RetryAfter < time.Second {
