@@ -409,4 +409,9 @@ func (d *keelDriver) Close() {
 	for _, c := range d.streams {
 		c.Close()
 	}
+	d.watchMu.Lock()
+	for _, c := range d.watchers {
+		c.Close()
+	}
+	d.watchMu.Unlock()
 }
