@@ -122,6 +122,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		// HTTP/1.1, and HTTP/2 over cleartext TCP for clients that start with its
+		// preface (prior knowledge: gRPC-style clients, curl --http2-prior-knowledge,
+		// Go's Transport with Protocols.SetUnencryptedHTTP2): many requests in
+		// flight on one connection instead of one connection per request in flight.
+		Protocols: serverProtocols(),
 	}
 	s.http.srv = srv
 	s.lessor.start()
@@ -133,6 +138,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		return fmt.Errorf("kv: serve: %w", err)
 	}
 	return nil
+}
+
+func serverProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests until ctx is

@@ -80,7 +80,8 @@ func compareCmd(args []string) error {
 	out := fs.String("out", "", "results dir (required)")
 	pidFile := fs.String("pids", "", "append each started server's PID to this file")
 	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member")
-	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream or http")
+	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream, http (HTTP/1.1) or h2c (HTTP/2 cleartext)")
+	etcdProto := fs.String("etcd-protocol", "grpc", "how etcd's single-key reads and writes travel: grpc (clientv3) or gateway (its JSON gateway, /v3/kv/put and /v3/kv/range over HTTP/1.1)")
 	profileDir := fs.String("profile-dir", "", "capture CPU profiles of the leader and a follower during the main runs "+
 		"(keel needs -keel-bin pointing at keelprof; etcd gets --enable-pprof)")
 	cfg := defaultSuiteConfig()
@@ -115,13 +116,18 @@ func compareCmd(args []string) error {
 			var version string
 			switch sys {
 			case "etcd":
-				version = firstLine(*etcdBin, "--version")
+				if *etcdProto != "grpc" && *etcdProto != "gateway" {
+					return fmt.Errorf("-etcd-protocol %q: want grpc or gateway", *etcdProto)
+				}
+				version = firstLine(*etcdBin, "--version") + " (" + *etcdProto + ")"
 				newCl = func(sub string) Cluster {
-					return newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "")
+					c := newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "")
+					c.gateway = *etcdProto == "gateway"
+					return c
 				}
 			case "keel":
-				if *keelProto != "stream" && *keelProto != "http" {
-					return fmt.Errorf("-keel-protocol %q: want stream or http", *keelProto)
+				if *keelProto != "stream" && *keelProto != "http" && *keelProto != "h2c" {
+					return fmt.Errorf("-keel-protocol %q: want stream, http or h2c", *keelProto)
 				}
 				version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
 				newCl = func(sub string) Cluster {
