@@ -5,31 +5,56 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// Watches on the stream protocol (api/stream_watch.go): each watch runs on its own
-// goroutine through the same code as GET /v1/watch (openWatch, pumpWatch) and writes
-// its frames into the connection's shared writer. A revision's events are encoded
-// once per connection and the bytes shared by every watch of the connection that
-// receives them.
-
-// errWatchCanceled is the cause of a watch's context when the client cancels it.
-var errWatchCanceled = errors.New("kv: watch canceled by the client")
+// Watches on the stream protocol (api/stream_watch.go). A watch's start (validation,
+// the MaxWatches count, the linearizable wait, the watcher) is the code of GET
+// /v1/watch (newWatchReq, openWatch) and runs on a short-lived goroutine; once
+// started, every watch of the connection is served by the connection's one pump
+// goroutine: the hub's dispatcher marks a watch ready (fsm.WatchOptions.Notify), and
+// the pump polls the ready watches' Next and writes their frames. An idle watch
+// therefore costs its fsm.Watcher and a little bookkeeping, not a blocked goroutine,
+// and a revision fanned out to many watches of one connection costs one goroutine
+// wake-up and one encoding, not one per watch.
 
 // streamWatches is a stream connection's watch state.
 type streamWatches struct {
 	mu     sync.Mutex
-	byID   map[uint64]context.CancelCauseFunc
-	ctx    context.Context // cancelled when the connection ends or the server shuts down
+	byID   map[uint64]*streamWatch // starting and live watches
+	ctx    context.Context         // cancelled when the connection ends or the server shuts down
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the pump and starting watches
 
-	// enc caches the encoded events of recent revisions (with and without prev_kv).
-	encMu sync.Mutex
-	enc   map[encKey][]byte
+	// readyMu guards ready; Notify takes it under the fsm watcher's lock, so it is
+	// never held while calling into a watcher.
+	readyMu sync.Mutex
+	ready   []*streamWatch
+	wake    chan struct{} // cap 1: ready is not empty
+
+	// Owned by the pump.
+	enc map[encKey][]byte // encoded events of recent revisions
+	out []byte            // frames of one pump round
+}
+
+// streamWatch is one watch of a connection.
+type streamWatch struct {
+	id       uint64
+	prevKV   bool
+	progress time.Duration
+	cancel   context.CancelFunc // of the start
+
+	// Set when the start succeeded (under streamWatches.mu); then owned by the pump.
+	watcher  *fsm.Watcher
+	done     func()
+	live     bool
+	queued   bool // in ready (under readyMu)
+	canceled bool // the client canceled it (under streamWatches.mu)
+	due      time.Time
+	last     int64 // last revision whose events were all written
 }
 
 type encKey struct {
@@ -45,10 +70,14 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 	ws := &c.watches
 	if req.Op == api.StreamWatchCancel {
 		ws.mu.Lock()
-		cancel := ws.byID[req.ID]
+		w := ws.byID[req.ID]
+		if w != nil {
+			w.canceled = true
+			w.cancel()
+		}
 		ws.mu.Unlock()
-		if cancel != nil {
-			cancel(errWatchCanceled)
+		if w != nil {
+			ws.markReady(w)
 		}
 		return
 	}
@@ -67,15 +96,11 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 	}
 	ws.mu.Lock()
 	if ws.byID == nil {
-		ws.byID = map[uint64]context.CancelCauseFunc{}
+		ws.byID = map[uint64]*streamWatch{}
+		ws.wake = make(chan struct{}, 1)
 		ws.ctx, ws.cancel = context.WithCancel(c.ctx)
-		go func(ctx context.Context, cancel context.CancelFunc) {
-			select {
-			case <-c.s.watchStop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}(ws.ctx, ws.cancel)
+		ws.wg.Add(1)
+		go c.pump()
 	}
 	switch max := c.s.cfg.MaxStreamWatches; {
 	case ws.byID[req.ID] != nil:
@@ -88,56 +113,234 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 			ErrTooManyWatches, max))
 		return
 	}
-	ctx, cancel := context.WithCancelCause(ws.ctx)
-	ws.byID[req.ID] = cancel
+	ctx, cancel := context.WithCancel(ws.ctx)
+	w := &streamWatch{id: req.ID, prevKV: q.prevKV, progress: q.progress, cancel: cancel}
+	ws.byID[req.ID] = w
 	ws.wg.Add(1)
 	ws.mu.Unlock()
-	go c.runWatch(ctx, req.ID, q)
+	q.opts.Notify = func() { ws.markReady(w) }
+	go c.startWatch(ctx, w, q)
 }
 
-// runWatch serves one watch until it ends, the client cancels it or the connection
-// closes.
-func (c *streamConn) runWatch(ctx context.Context, id uint64, q watchReq) {
+// startWatch opens w's watcher (waiting for a linearizable start) and hands it to
+// the pump, or answers why it could not.
+func (c *streamConn) startWatch(ctx context.Context, w *streamWatch, q watchReq) {
 	ws := &c.watches
-	defer func() {
-		ws.mu.Lock()
-		if cancel := ws.byID[id]; cancel != nil {
-			cancel(nil)
-		}
-		delete(ws.byID, id)
-		ws.mu.Unlock()
-		ws.wg.Done()
-	}()
-	w := &streamWatchWriter{c: c, id: id, prevKV: q.prevKV}
+	defer ws.wg.Done()
+	defer w.cancel()
 	watcher, rev, done, err := c.s.openWatch(ctx, q)
-	var werr *fsm.WatchError
-	switch {
-	case errors.As(err, &werr) && errors.Is(err, fsm.ErrCompacted):
-		w.end(err)
-		return
-	case err != nil && errors.Is(context.Cause(ctx), errWatchCanceled):
-		c.answer(&api.StreamResponse{ID: id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: w.last,
-			Reason: api.ReasonCanceled, Message: "the watch was canceled before it started"})
-		return
-	case err != nil:
-		e := errorBody(err, false)
-		c.answer(&api.StreamResponse{ID: id, Op: api.StreamWatch, Err: &e})
+	ws.mu.Lock()
+	canceled := w.canceled
+	if err != nil || canceled || ws.ctx.Err() != nil {
+		delete(ws.byID, w.id)
+		ws.mu.Unlock()
+		var werr *fsm.WatchError
+		switch {
+		case err == nil:
+			done()
+			if canceled {
+				c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: rev,
+					Reason: api.ReasonCanceled, Message: "the watch was canceled"})
+			}
+		case canceled:
+			c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: max(q.opts.StartRevision-1, 0),
+				Reason: api.ReasonCanceled, Message: "the watch was canceled before it started"})
+		case ws.ctx.Err() != nil:
+		case errors.As(err, &werr) && errors.Is(err, fsm.ErrCompacted):
+			c.answer(endFrame(w.id, err))
+		default:
+			e := errorBody(err, false)
+			c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Err: &e})
+		}
 		return
 	}
-	defer done()
+	w.watcher, w.done, w.live = watcher, done, true
 	w.last = rev
 	if start := q.opts.StartRevision; start > 0 {
 		w.last = start - 1
 	}
-	c.answer(&api.StreamResponse{ID: id, Op: api.StreamWatch, Watch: api.StreamWatchCreated, Revision: rev})
-	pumpWatch(ctx, watcher, w, q.progress)
-	if errors.Is(context.Cause(ctx), errWatchCanceled) {
-		c.answer(&api.StreamResponse{ID: id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: w.last,
-			Reason: api.ReasonCanceled, Message: "the watch was canceled"})
+	if w.progress > 0 {
+		w.due = time.Now().Add(w.progress)
+	}
+	// Answered under ws.mu, so that no frame of the pump's overtakes it.
+	c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchCreated, Revision: rev})
+	ws.mu.Unlock()
+	ws.markReady(w) // the replay of a past start_revision
+}
+
+// markReady queues w for the pump (any goroutine, without blocking).
+func (ws *streamWatches) markReady(w *streamWatch) {
+	ws.readyMu.Lock()
+	if !w.queued {
+		w.queued = true
+		ws.ready = append(ws.ready, w)
+	}
+	ws.readyMu.Unlock()
+	select {
+	case ws.wake <- struct{}{}:
+	default:
 	}
 }
 
-// stopWatches ends every watch of the connection and waits for them (serve's exit).
+// pumpTick is how often the pump checks for due progress notifications.
+const pumpTick = minWatchProgress / 2
+
+// pump serves the connection's live watches until the connection ends.
+func (c *streamConn) pump() {
+	ws := &c.watches
+	defer ws.wg.Done()
+	tick := time.NewTicker(pumpTick)
+	defer tick.Stop()
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // a done context: Next polls
+	var batch []*streamWatch
+	for {
+		select {
+		case <-ws.wake:
+		case now := <-tick.C:
+			if c.progressDue(now) != nil {
+				return
+			}
+			continue
+		case <-ws.ctx.Done():
+			c.closeWatches()
+			return
+		}
+		ws.readyMu.Lock()
+		batch, ws.ready = ws.ready, batch[:0]
+		for _, w := range batch {
+			w.queued = false
+		}
+		ws.readyMu.Unlock()
+		for _, w := range batch {
+			if c.serveWatch(done, w) != nil {
+				return
+			}
+		}
+		if c.flushOut() != nil {
+			return
+		}
+		clear(batch)
+	}
+}
+
+// serveWatch writes what w's watcher has ready (pump). An error means the connection
+// cannot be written to.
+func (c *streamConn) serveWatch(done context.Context, w *streamWatch) error {
+	ws := &c.watches
+	ws.mu.Lock()
+	live, canceled := w.live, w.canceled
+	ws.mu.Unlock()
+	if !live {
+		return nil // starting (startWatch marks it ready again) or ended
+	}
+	if canceled {
+		c.endWatch(w, &api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: w.last,
+			Reason: api.ReasonCanceled, Message: "the watch was canceled"})
+		return nil
+	}
+	for range 8 { // bounded: a busy watch yields to the others of the connection
+		groups, err := w.watcher.Next(done)
+		switch {
+		case err == nil:
+			for _, g := range groups {
+				c.queueOut(api.AppendStreamWatchFrame(c.watches.out, w.id, g.Revision, c.encodeEvents(g, w.prevKV)))
+				w.last = g.Revision
+			}
+			if err := c.flushOutIfLarge(); err != nil {
+				return err
+			}
+		case errors.Is(err, context.Canceled): // nothing more for now
+			return nil
+		default:
+			c.endWatch(w, endFrame(w.id, err))
+			return nil
+		}
+	}
+	ws.markReady(w)
+	return nil
+}
+
+// progressDue writes the progress notifications that are due (pump).
+func (c *streamConn) progressDue(now time.Time) error {
+	ws := &c.watches
+	ws.mu.Lock()
+	var due []*streamWatch
+	for _, w := range ws.byID {
+		if w.live && !w.canceled && w.progress > 0 && !now.Before(w.due) {
+			due = append(due, w)
+		}
+	}
+	ws.mu.Unlock()
+	for _, w := range due {
+		w.due = now.Add(w.progress)
+		if rev, ok := w.watcher.Bookmark(); ok {
+			w.last = max(w.last, rev)
+			r := api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchProgress, Revision: rev}
+			c.queueOut(api.AppendStreamResponse(ws.out, &r))
+		}
+	}
+	return c.flushOut()
+}
+
+// endWatch writes w's last frame and forgets it (pump).
+func (c *streamConn) endWatch(w *streamWatch, last *api.StreamResponse) {
+	ws := &c.watches
+	ws.mu.Lock()
+	delete(ws.byID, w.id)
+	w.live = false // Close below notifies once more
+	ws.mu.Unlock()
+	w.done()
+	c.queueOut(api.AppendStreamResponse(ws.out, last))
+}
+
+// closeWatches closes every live watcher when the connection ends (pump).
+func (c *streamConn) closeWatches() {
+	ws := &c.watches
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for id, w := range ws.byID {
+		if w.live {
+			w.live = false
+			w.done()
+			delete(ws.byID, id)
+		}
+	}
+}
+
+// queueOut keeps b (ws.out, possibly grown) as the frames of this pump round.
+func (c *streamConn) queueOut(b []byte) { c.watches.out = b }
+
+func (c *streamConn) flushOutIfLarge() error {
+	if len(c.watches.out) < streamBufSize {
+		return nil
+	}
+	return c.flushOut()
+}
+
+// flushOut hands the round's frames to the connection's writer in one write.
+func (c *streamConn) flushOut() error {
+	ws := &c.watches
+	if len(ws.out) == 0 {
+		return nil
+	}
+	err := c.answerBytes(ws.out)
+	ws.out = ws.out[:0]
+	if cap(ws.out) > 4*streamBufSize {
+		ws.out = nil
+	}
+	return err
+}
+
+// endFrame is the end frame of watch id that ended with err.
+func endFrame(id uint64, err error) *api.StreamResponse {
+	line := endLine(err)
+	return &api.StreamResponse{ID: id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: line.Revision,
+		CompactRevision: line.CompactRevision, Reason: line.Reason, Message: line.Message}
+}
+
+// stopWatches ends every watch of the connection and waits for the pump and the
+// starting watches (serve's exit).
 func (c *streamConn) stopWatches() {
 	ws := &c.watches
 	ws.mu.Lock()
@@ -146,50 +349,16 @@ func (c *streamConn) stopWatches() {
 	}
 	ws.mu.Unlock()
 	ws.wg.Wait()
-}
-
-// streamWatchWriter writes one watch's frames (a watchWriter).
-type streamWatchWriter struct {
-	c      *streamConn
-	id     uint64
-	prevKV bool
-	last   int64 // last revision whose events were all written
-}
-
-func (w *streamWatchWriter) events(groups []*fsm.RevisionEvents) error {
-	for _, g := range groups {
-		payload := w.c.encodeEvents(g, w.prevKV)
-		if err := w.c.answerFrame(func(b []byte) []byte {
-			return api.AppendStreamWatchFrame(b, w.id, g.Revision, payload)
-		}); err != nil {
-			return err
-		}
-		w.last = g.Revision
-	}
-	return nil
-}
-
-func (w *streamWatchWriter) progress(rev int64) error {
-	w.last = max(w.last, rev)
-	r := api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchProgress, Revision: rev}
-	return w.c.answerFrame(func(b []byte) []byte { return api.AppendStreamResponse(b, &r) })
-}
-
-func (w *streamWatchWriter) end(err error) {
-	line := endLine(err)
-	w.c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: line.Revision,
-		CompactRevision: line.CompactRevision, Reason: line.Reason, Message: line.Message})
+	// A watch whose start finished after the pump left.
+	c.closeWatches()
 }
 
 // encodeEvents returns g's events as an events frame's payload, from the cache when
-// another watch of the connection already encoded them.
+// another watch of the connection already encoded them (pump).
 func (c *streamConn) encodeEvents(g *fsm.RevisionEvents, prevKV bool) []byte {
-	k := encKey{g, prevKV}
 	ws := &c.watches
-	ws.encMu.Lock()
-	b, ok := ws.enc[k]
-	ws.encMu.Unlock()
-	if ok {
+	k := encKey{g, prevKV}
+	if b, ok := ws.enc[k]; ok {
 		return b
 	}
 	evs := make([]api.StreamEvent, len(g.Events))
@@ -204,22 +373,20 @@ func (c *streamConn) encodeEvents(g *fsm.RevisionEvents, prevKV bool) []byte {
 			evs[i].PrevKV = &p
 		}
 	}
-	b = api.AppendStreamEvents(nil, evs)
-	ws.encMu.Lock()
+	b := api.AppendStreamEvents(nil, evs)
 	if ws.enc == nil || len(ws.enc) >= encCacheMax {
 		ws.enc = make(map[encKey][]byte, encCacheMax)
 	}
 	ws.enc[k] = b
-	ws.encMu.Unlock()
 	return b
 }
 
-// answerFrame queues the frame app appends, like answer, and returns the
-// connection's write error: a watch stops at the first one.
-func (c *streamConn) answerFrame(app func([]byte) []byte) error {
+// answerBytes queues ready-made frames, like answer, and returns the connection's
+// write error.
+func (c *streamConn) answerBytes(b []byte) error {
 	c.wmu.Lock()
 	if c.werr == nil {
-		_, c.werr = c.bw.Write(app(c.bw.AvailableBuffer()))
+		_, c.werr = c.bw.Write(b)
 	}
 	err := c.werr
 	c.wmu.Unlock()

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -158,5 +159,38 @@ func TestStreamWatchRefusals(t *testing.T) {
 			t.Fatalf("%d watches still served after the connection closed", ts.srv.watches.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestStreamWatchIdleHoldsNoGoroutine: 1,000 live watches on one connection are
+// served by the connection's pump, not a goroutine each; a write reaches every one.
+func TestStreamWatchIdleHoldsNoGoroutine(t *testing.T) {
+	ts := newTestServer(t)
+	conn, br := rawStream(t, ts)
+	before := runtime.NumGoroutine()
+	const n = 1000
+	for id := uint64(1); id <= n; id++ {
+		sendReq(t, conn, api.StreamRequest{ID: id, Op: api.StreamWatch, Key: []byte("g/"), Prefix: true})
+	}
+	for i := 0; i < n; i++ {
+		if r := readResponse(t, br); r.Watch != api.StreamWatchCreated || r.Err != nil {
+			t.Fatalf("answer %d: %+v (err %+v)", i, r, r.Err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine()-before > 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines more with %d idle watches", runtime.NumGoroutine()-before, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rev := ts.put("g/k", "v")
+	seen := map[uint64]bool{}
+	for len(seen) < n {
+		r := readResponse(t, br)
+		if r.Watch != api.StreamWatchEvents || r.Revision != rev || seen[r.ID] {
+			t.Fatalf("frame %+v", r)
+		}
+		seen[r.ID] = true
 	}
 }
