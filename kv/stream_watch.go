@@ -13,9 +13,11 @@ import (
 
 // Watches on the stream protocol (api/stream_watch.go). A watch's start (validation,
 // the MaxWatches count, the linearizable wait, the watcher) is the code of GET
-// /v1/watch (newWatchReq, openWatch) and runs on a short-lived goroutine; once
-// started, every watch of the connection is served by the connection's one pump
-// goroutine: the hub's dispatcher marks a watch ready (fsm.WatchOptions.Notify), and
+// /v1/watch (newWatchReq, openWatch). Starts are taken in batches by the connection's
+// starter goroutine, and one linearizable wait (one read-index round) serves every
+// linearizable start of a batch: each of them arrived before the wait began, so the
+// node has then applied every write acknowledged before each. Once started, every
+// watch of the connection is served by the connection's one pump goroutine: the hub's dispatcher marks a watch ready (fsm.WatchOptions.Notify), and
 // the pump polls the ready watches' Next and writes their frames. An idle watch
 // therefore costs its fsm.Watcher and a little bookkeeping, not a blocked goroutine,
 // and a revision fanned out to many watches of one connection costs one goroutine
@@ -27,7 +29,9 @@ type streamWatches struct {
 	byID   map[uint64]*streamWatch // starting and live watches
 	ctx    context.Context         // cancelled when the connection ends or the server shuts down
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the pump and starting watches
+	wg     sync.WaitGroup // the pump and the starter
+	starts []pendingStart // waiting for the starter (under mu)
+	kick   chan struct{}  // cap 1: starts is not empty
 
 	// readyMu guards ready; Notify takes it under the fsm watcher's lock, so it is
 	// never held while calling into a watcher.
@@ -45,7 +49,6 @@ type streamWatch struct {
 	id       uint64
 	prevKV   bool
 	progress time.Duration
-	cancel   context.CancelFunc // of the start
 
 	// Set when the start succeeded (under streamWatches.mu); then owned by the pump.
 	watcher  *fsm.Watcher
@@ -55,6 +58,12 @@ type streamWatch struct {
 	canceled bool // the client canceled it (under streamWatches.mu)
 	due      time.Time
 	last     int64 // last revision whose events were all written
+}
+
+// pendingStart is a validated watch waiting for the starter.
+type pendingStart struct {
+	w *streamWatch
+	q watchReq
 }
 
 type encKey struct {
@@ -73,7 +82,6 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 		w := ws.byID[req.ID]
 		if w != nil {
 			w.canceled = true
-			w.cancel()
 		}
 		ws.mu.Unlock()
 		if w != nil {
@@ -98,9 +106,11 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 	if ws.byID == nil {
 		ws.byID = map[uint64]*streamWatch{}
 		ws.wake = make(chan struct{}, 1)
+		ws.kick = make(chan struct{}, 1)
 		ws.ctx, ws.cancel = context.WithCancel(c.ctx)
-		ws.wg.Add(1)
+		ws.wg.Add(2)
 		go c.pump()
+		go c.starter()
 	}
 	switch max := c.s.cfg.MaxStreamWatches; {
 	case ws.byID[req.ID] != nil:
@@ -113,22 +123,69 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 			ErrTooManyWatches, max))
 		return
 	}
-	ctx, cancel := context.WithCancel(ws.ctx)
-	w := &streamWatch{id: req.ID, prevKV: q.prevKV, progress: q.progress, cancel: cancel}
+	w := &streamWatch{id: req.ID, prevKV: q.prevKV, progress: q.progress}
 	ws.byID[req.ID] = w
-	ws.wg.Add(1)
-	ws.mu.Unlock()
 	q.opts.Notify = func() { ws.markReady(w) }
-	go c.startWatch(ctx, w, q)
+	ws.starts = append(ws.starts, pendingStart{w, q})
+	ws.mu.Unlock()
+	select {
+	case ws.kick <- struct{}{}:
+	default:
+	}
 }
 
-// startWatch opens w's watcher (waiting for a linearizable start) and hands it to
-// the pump, or answers why it could not.
-func (c *streamConn) startWatch(ctx context.Context, w *streamWatch, q watchReq) {
+// starter opens the watches waiting to start, a batch at a time, until the
+// connection ends.
+func (c *streamConn) starter() {
 	ws := &c.watches
 	defer ws.wg.Done()
-	defer w.cancel()
-	watcher, rev, done, err := c.s.openWatch(ctx, q)
+	for {
+		select {
+		case <-ws.kick:
+		case <-ws.ctx.Done():
+			ws.mu.Lock()
+			for _, p := range ws.starts {
+				delete(ws.byID, p.w.id)
+			}
+			ws.starts = nil
+			ws.mu.Unlock()
+			return
+		}
+		ws.mu.Lock()
+		batch := ws.starts
+		ws.starts = nil
+		ws.mu.Unlock()
+		// Serializable starts first: they wait for nothing.
+		var barrier error
+		waited := false
+		for pass := 0; pass < 2; pass++ {
+			for _, p := range batch {
+				if (p.q.cons == fsm.Linearizable) != (pass == 1) {
+					continue
+				}
+				if pass == 1 && !waited {
+					waited = true
+					ctx, cancel := context.WithTimeout(ws.ctx, c.s.cfg.RequestTimeout)
+					_, barrier = c.s.store.View(ctx, fsm.Linearizable)
+					cancel()
+				}
+				if barrier != nil {
+					c.started(p, nil, 0, nil, barrier)
+					continue
+				}
+				q := p.q
+				q.cons = fsm.Serializable // the barrier, if any, is passed
+				watcher, rev, done, err := c.s.openWatch(ws.ctx, q)
+				c.started(p, watcher, rev, done, err)
+			}
+		}
+	}
+}
+
+// started hands an opened watch to the pump, or answers why it could not start.
+func (c *streamConn) started(p pendingStart, watcher *fsm.Watcher, rev int64, done func(), err error) {
+	ws := &c.watches
+	w, q := p.w, p.q
 	ws.mu.Lock()
 	canceled := w.canceled
 	if err != nil || canceled || ws.ctx.Err() != nil {
@@ -340,7 +397,7 @@ func endFrame(id uint64, err error) *api.StreamResponse {
 }
 
 // stopWatches ends every watch of the connection and waits for the pump and the
-// starting watches (serve's exit).
+// starter (serve's exit).
 func (c *streamConn) stopWatches() {
 	ws := &c.watches
 	ws.mu.Lock()

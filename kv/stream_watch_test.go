@@ -194,3 +194,33 @@ func TestStreamWatchIdleHoldsNoGoroutine(t *testing.T) {
 		seen[r.ID] = true
 	}
 }
+
+// BenchmarkStreamWatchIdle10k: the server's memory per idle stream watch (heap and
+// goroutine stacks after a GC, 10,000 watches on one connection, each created and
+// live). Run with -benchtime 1x.
+func BenchmarkStreamWatchIdle10k(b *testing.B) {
+	for range b.N {
+		ts := newTestServer(b)
+		conn, br := rawStream(b, ts)
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		const n = 10000
+		for id := uint64(1); id <= n; id++ {
+			conn.Write(api.AppendStreamRequest(nil, &api.StreamRequest{ID: id, Op: api.StreamWatch, Key: []byte("idle/"),
+				Prefix: true, Progress: 5 * time.Second}))
+		}
+		for i := 0; i < n; i++ {
+			if r := readResponse(b, br); r.Watch != api.StreamWatchCreated || r.Err != nil {
+				b.Fatalf("answer %d: %+v", i, r)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // starting goroutines exit
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		used := func(m *runtime.MemStats) float64 { return float64(m.HeapAlloc + m.StackInuse) }
+		b.ReportMetric((used(&after)-used(&before))/n, "B/watch")
+		conn.Close()
+	}
+}
