@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,7 +73,7 @@ type encKey struct {
 }
 
 // encCacheMax bounds the cached encodings of one connection.
-const encCacheMax = 256
+const encCacheMax = 1024
 
 // watchFrame handles a watch or cancel request (reader goroutine); it never blocks.
 func (c *streamConn) watchFrame(req *api.StreamRequest) {
@@ -431,8 +432,23 @@ func (c *streamConn) encodeEvents(g *fsm.RevisionEvents, prevKV bool) []byte {
 		}
 	}
 	b := api.AppendStreamEvents(nil, evs)
-	if ws.enc == nil || len(ws.enc) >= encCacheMax {
+	if ws.enc == nil {
 		ws.enc = make(map[encKey][]byte, encCacheMax)
+	}
+	if len(ws.enc) >= encCacheMax {
+		// Drop the older half: watches of a connection move forward together, the
+		// laggards are the few that need an old revision again.
+		var revs []int64
+		for k := range ws.enc {
+			revs = append(revs, k.g.Revision)
+		}
+		slices.Sort(revs)
+		cut := revs[len(revs)/2]
+		for k := range ws.enc {
+			if k.g.Revision < cut {
+				delete(ws.enc, k)
+			}
+		}
 	}
 	ws.enc[k] = b
 	return b

@@ -277,7 +277,9 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 	return nil
 }
 
-// DecodeStreamResponse decodes a response frame body. The value is copied out of body.
+// DecodeStreamResponse decodes a response frame body. A get's value is copied out of
+// body; the values of watch events alias it (ReadStreamFrame returns a fresh body per
+// frame).
 func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 	*r = StreamResponse{}
 	d := newBinDecoder(body, ErrBadStreamFrame)

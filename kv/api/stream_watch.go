@@ -181,6 +181,8 @@ func decodeWatchResponse(d binDecoder, s StreamWatchStatus, r *StreamResponse) {
 		if n == 0 && d.Err() == nil {
 			d.Fail("an events frame without events")
 		}
+		// An event takes at least 8 bytes: n beyond that is a lie the loop stops at.
+		r.Events = make([]StreamEvent, 0, min(n, uint64(d.Len()/8)+1))
 		for i := uint64(0); i < n && d.Err() == nil; i++ {
 			r.Events = append(r.Events, decodeEvent(d))
 		}
@@ -224,7 +226,11 @@ func decodeEvent(d binDecoder) StreamEvent {
 }
 
 func decodeEventKV(d binDecoder, key string) KV {
-	kv := KV{Key: key, Value: append([]byte{}, d.Bytes("value", noMax)...)}
+	v := d.Bytes("value", noMax)
+	if v == nil {
+		v = []byte{}
+	}
+	kv := KV{Key: key, Value: v[:len(v):len(v)]} // capped: an append never reaches the next event
 	kv.CreateRevision, kv.ModRevision = d.int("create_revision"), d.int("mod_revision")
 	kv.Version, kv.Lease = d.int("version"), d.int("lease")
 	return kv

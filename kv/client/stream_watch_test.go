@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,4 +210,61 @@ func TestStreamWatchFallsBackToHTTP(t *testing.T) {
 	if n := f.sent.n.Load(); n != 2 {
 		t.Fatalf("%d requests over HTTP, want 2 (the watch and the put)", n)
 	}
+}
+
+// BenchmarkStreamWatchFanOut1000: one writer, 1,000 stream watches of one prefix on
+// one client connection, in process (no Raft); reports events delivered per second.
+func BenchmarkStreamWatchFanOut1000(b *testing.B) {
+	f := newFixture(b, func(c *kv.Config) { c.MaxStreamWatches = 2000 })
+	sc := f.streamClient(b, f.url)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const watchers = 1000
+	start := f.store.FSM().Revision() + 1
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	for range watchers {
+		ch := sc.Watch(ctx, "fan/", client.WatchOptions{StartRevision: start, Buffer: 1024})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				if ev.Type == api.EventPut {
+					got.Add(1)
+				}
+			}
+		}()
+	}
+	val := make([]byte, 256)
+	put := func() {
+		res, err := f.store.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{
+			{Type: fsm.OpPut, Key: []byte("fan/k"), Value: val}}}})
+		if err != nil || res.Err != nil {
+			b.Fatal(err, res.Err)
+		}
+	}
+	put() // every watcher live before the clock starts
+	for deadline := time.Now().Add(time.Minute); got.Load() < watchers; {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d watchers live", got.Load(), watchers)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got.Store(0)
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := 0; i < b.N; i++ {
+		put()
+		// Keep every watcher within 256 revisions (its buffer is 1,024 events): a
+		// writer flat out would end watches as slow and measure their replays.
+		for got.Load() < int64(i-256)*watchers && time.Since(t0) < time.Minute {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for got.Load() < int64(b.N)*watchers && time.Since(t0) < time.Minute {
+		time.Sleep(time.Millisecond)
+	}
+	b.ReportMetric(float64(got.Load())/time.Since(t0).Seconds(), "events/s")
+	cancel()
+	wg.Wait()
 }
