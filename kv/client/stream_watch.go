@@ -155,6 +155,7 @@ func (c *Client) watchOnceStream(ctx context.Context, sc *streamConn, prefix str
 	quiet := 3*opts.Progress + c.opts.DialTimeout
 	silence := time.AfterFunc(quiet, cancel)
 	defer silence.Stop()
+	created := false
 	send := func(ev WatchEvent) error {
 		select {
 		case ch <- ev:
@@ -183,10 +184,14 @@ func (c *Client) watchOnceStream(ctx context.Context, sc *streamConn, prefix str
 		for i := range frames {
 			f := &frames[i]
 			if f.Err != nil {
+				if !created {
+					return progressed, &watchRefusedError{f.Err}
+				}
 				return progressed, f.Err
 			}
 			switch f.Watch {
 			case api.StreamWatchCreated:
+				created = true
 				if *next == 0 {
 					*next = f.Revision + 1
 				}
@@ -222,3 +227,12 @@ func (c *Client) watchOnceStream(ctx context.Context, sc *streamConn, prefix str
 		}
 	}
 }
+
+// watchRefusedError: the node answered a stream watch request with an error before
+// creating it. A 400 is what a node of a release that predates stream watches answers
+// (unknown op); the same watch is then asked over HTTP, which gives a new node's 400
+// again for a request that is really bad.
+type watchRefusedError struct{ err *api.Error }
+
+func (e *watchRefusedError) Error() string { return e.err.Error() }
+func (e *watchRefusedError) Unwrap() error { return e.err }
