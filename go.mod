@@ -17,6 +17,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	go.etcd.io/bbolt v1.3.11
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/net v0.58.0
 	golang.org/x/time v0.16.0
 )
 
@@ -62,7 +63,6 @@ require (
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
-	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.41.0 // indirect

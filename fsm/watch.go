@@ -102,6 +102,11 @@ type WatchOptions struct {
 	// DefaultWatchBuffer. One revision larger than the bound is still queued whole when
 	// the queue is empty.
 	Buffer int
+	// Notify, when set, is called each time Next may have something new to return
+	// (events queued, the watch ended), from the hub's dispatcher or Close: it must
+	// not block. It lets a caller serve many watchers from one goroutine that polls
+	// Next with a done context instead of blocking a goroutine in each.
+	Notify func()
 }
 
 // hub fans applied revisions out to registered watchers. The apply path adds to the
@@ -203,7 +208,7 @@ func (s *Store) Watch(opts WatchOptions) (*Watcher, error) {
 	}
 	h := s.watchHub()
 	w := &Watcher{s: s, key: bytes.Clone(opts.Key), end: opts.End, limit: opts.Buffer,
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), notify: opts.Notify}
 	if w.limit == 0 {
 		w.limit = DefaultWatchBuffer
 	}

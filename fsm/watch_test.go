@@ -469,3 +469,41 @@ func TestWatchRandomizedAgainstModel(t *testing.T) {
 	}
 	t.Logf("%d watchers checked, %d revisions", n, m.rev)
 }
+
+// TestWatchNotifyPoll: a watcher served by polling Next with a done context (the
+// stream protocol's pump) is told by Notify when events are queued and when it ends,
+// and a poll with nothing ready returns the context's error without blocking.
+func TestWatchNotifyPoll(t *testing.T) {
+	s := NewStore()
+	notified := make(chan struct{}, 16)
+	opts := prefixWatch("p/", 0)
+	opts.Notify = func() { notified <- struct{}{} }
+	w, err := s.Watch(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if gs, err := w.Next(done); !errors.Is(err, context.Canceled) || len(gs) != 0 {
+		t.Fatalf("poll of an idle watcher = %v, %v", gs, err)
+	}
+	apply(t, s, txn(put("p/a", "1")))
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification for a queued event")
+	}
+	gs, err := w.Next(done)
+	if err != nil || len(gs) != 1 || string(gs[0].Events[0].KV.Key) != "p/a" {
+		t.Fatalf("poll after the notification = %v, %v", gs, err)
+	}
+	w.Close()
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification on Close")
+	}
+	if _, err := w.Next(done); !errors.Is(err, ErrWatchClosed) {
+		t.Fatalf("poll after Close = %v", err)
+	}
+}

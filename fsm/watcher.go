@@ -19,6 +19,7 @@ type Watcher struct {
 	key, end []byte // end nil: key alone; end empty: no upper bound
 	limit    int
 	wake     chan struct{} // cap 1: the dispatcher queued something or ended the watch
+	notify   func()        // WatchOptions.Notify
 	epoch    uint64        // hub epoch when the watch began
 
 	// Consumer state, owned by the goroutine calling Next.
@@ -41,7 +42,7 @@ type Watcher struct {
 }
 
 // Next returns the next revisions of the watch, in order, waiting for them until ctx is
-// done. The groups are shared with other watchers: read-only. It fails with a
+// done. With a done ctx it is a poll: ctx's error means nothing is ready yet. The groups are shared with other watchers: read-only. It fails with a
 // *WatchError when the watch ends (slow, compacted, restored), with ctx's error, or with
 // ErrWatchClosed after Close.
 func (w *Watcher) Next(ctx context.Context) ([]*RevisionEvents, error) {
@@ -108,6 +109,9 @@ func (w *Watcher) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
+	}
+	if w.notify != nil {
+		w.notify()
 	}
 }
 

@@ -52,6 +52,9 @@ type Config struct {
 	// MaxStreamInFlight bounds the requests in flight on one stream connection: the
 	// server stops reading it until one finishes (backpressure).
 	MaxStreamInFlight int
+	// MaxStreamWatches bounds the watches one stream-protocol connection carries at
+	// once (0 = no bound but MaxWatches): a watch above it is refused with a 429.
+	MaxStreamWatches int
 	// StreamFrameTimeout bounds how long a stream frame, once begun, may take to
 	// arrive whole; a connection that stalls mid-frame is closed.
 	StreamFrameTimeout time.Duration
@@ -100,6 +103,7 @@ func DefaultConfig() Config {
 		SecretWait:         2 * time.Second,
 		RetryAfter:         time.Second,
 		MaxWatches:         10000,
+		MaxStreamWatches:   10000,
 		MaxConns:           10000,
 		MaxInFlight:        20000,
 		MaxStreamInFlight:  1024,
@@ -163,7 +167,7 @@ func (c Config) Validate() error {
 	if c.SecretWait <= 0 {
 		errs = append(errs, fmt.Errorf("kv: SecretWait %v must be > 0", c.SecretWait))
 	}
-	if c.MaxWatches < 0 || c.WatchBuffer < 1 {
+	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxWatches %d must be >= 0 and WatchBuffer %d >= 1", c.MaxWatches, c.WatchBuffer))
 	}
 	if c.ACLDefault != "" && c.ACLDefault != ACLAllow && c.ACLDefault != ACLDeny {

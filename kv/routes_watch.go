@@ -29,17 +29,42 @@ type watchReq struct {
 }
 
 func (s *Server) parseWatch(r *http.Request) (watchReq, error) {
-	var q watchReq
 	p, err := parseParams(r, api.ParamPrefix, api.ParamStartRevision, api.ParamPrevKV,
 		api.ParamProgress, api.ParamConsistency)
 	if err != nil {
-		return q, err
+		return watchReq{}, err
 	}
-	key := r.PathValue("key")
 	prefix, err := p.bool(api.ParamPrefix)
 	if err != nil {
-		return q, err
+		return watchReq{}, err
 	}
+	start, err := p.int64(api.ParamStartRevision, 0, 0)
+	if err != nil {
+		return watchReq{}, err
+	}
+	prevKV, err := p.bool(api.ParamPrevKV)
+	if err != nil {
+		return watchReq{}, err
+	}
+	var progress time.Duration
+	if v := p.q.Get(api.ParamProgress); v != "" {
+		if progress, err = time.ParseDuration(v); err != nil {
+			return watchReq{}, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
+				ErrInvalidParam, api.ParamProgress, v, minWatchProgress, maxWatchProgress)
+		}
+	}
+	cons, err := p.consistency()
+	if err != nil {
+		return watchReq{}, err
+	}
+	return s.newWatchReq(r.PathValue("key"), prefix, start, prevKV, progress, cons)
+}
+
+// newWatchReq validates a watch of key (or the prefix key), the same for HTTP and the
+// stream protocol. progress 0 means no progress notifications.
+func (s *Server) newWatchReq(key string, prefix bool, start int64, prevKV bool, progress time.Duration,
+	cons fsm.Consistency) (watchReq, error) {
+	q := watchReq{prevKV: prevKV, progress: progress, cons: cons}
 	if !(prefix && key == "") {
 		if err := s.lim.checkKey(key); err != nil {
 			return q, err
@@ -52,25 +77,43 @@ func (s *Server) parseWatch(r *http.Request) (watchReq, error) {
 			q.opts.End = []byte{} // no upper bound
 		}
 	}
-	if q.opts.StartRevision, err = p.int64(api.ParamStartRevision, 0, 0); err != nil {
-		return q, err
+	if start < 0 {
+		return q, fmt.Errorf("%w: %s %d is negative", ErrInvalidParam, api.ParamStartRevision, start)
 	}
-	if q.prevKV, err = p.bool(api.ParamPrevKV); err != nil {
-		return q, err
-	}
-	if v := p.q.Get(api.ParamProgress); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minWatchProgress || d > maxWatchProgress {
-			return q, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
-				ErrInvalidParam, api.ParamProgress, v, minWatchProgress, maxWatchProgress)
-		}
-		q.progress = d
-	}
-	if q.cons, err = p.consistency(); err != nil {
-		return q, err
+	q.opts.StartRevision = start
+	if progress != 0 && (progress < minWatchProgress || progress > maxWatchProgress) {
+		return q, fmt.Errorf("%w: %s=%v: want a duration between %v and %v",
+			ErrInvalidParam, api.ParamProgress, progress, minWatchProgress, maxWatchProgress)
 	}
 	q.opts.Buffer = s.cfg.WatchBuffer
 	return q, nil
+}
+
+// openWatch counts a watch against MaxWatches, waits for its start's consistency
+// (a linearizable start catches up with the leader's commit index first), and starts
+// its watcher from q's start revision, or from after the view's revision. It returns
+// the view's revision; done closes the watcher and releases the count.
+func (s *Server) openWatch(ctx context.Context, q watchReq) (w *fsm.Watcher, rev int64, done func(), err error) {
+	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
+		s.watches.Add(-1)
+		return nil, 0, nil, fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	view, err := s.store.View(ctx, q.cons)
+	cancel()
+	if err != nil {
+		s.watches.Add(-1)
+		return nil, 0, nil, err
+	}
+	if q.opts.StartRevision == 0 {
+		q.opts.StartRevision = view.Revision() + 1
+	}
+	watcher, err := s.store.Watch(q.opts)
+	if err != nil {
+		s.watches.Add(-1)
+		return nil, 0, nil, fmt.Errorf("watch %q: %w", q.opts.Key, err)
+	}
+	return watcher, view.Revision(), func() { watcher.Close(); s.watches.Add(-1) }, nil
 }
 
 // handleWatch serves GET /v1/watch/{key...} as a stream of api.WatchEvent lines. Any
@@ -83,50 +126,23 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if q.opts.End == nil {
-		err = checkKey(r.Context(), q.opts.Key, false)
-	} else {
-		_, err = readFilter(r.Context(), q.opts.Key, q.opts.End)
-	}
-	if err != nil {
+	if err := s.checkWatchStart(r.Context(), q); err != nil {
 		return err
 	}
-	var allow func([]byte) bool
-	var revoked func() error
-	if az := authzOf(r.Context()); az != nil {
-		revoked = func() error { _, err := s.current(az); return err }
-		// Each event is checked against the rights the token holds when it is sent: a
-		// policy change or a deleted token stops the events it no longer allows.
-		allow = func(key []byte) bool {
-			cur, err := s.current(az)
-			return err == nil && cur.key(key, false)
-		}
-	}
-	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
-		s.watches.Add(-1)
-		return fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
-	}
-	defer s.watches.Add(-1)
+	allow, revoked := s.watchRights(r.Context())
 	ctx, cancel := s.requestContext(r)
-	view, err := s.store.View(ctx, q.cons)
+	watcher, rev, done, err := s.openWatch(ctx, q)
 	cancel()
 	if err != nil {
 		return err
 	}
-	if q.opts.StartRevision == 0 {
-		q.opts.StartRevision = view.Revision() + 1
-	}
-	watcher, err := s.store.Watch(q.opts)
-	if err != nil {
-		return fmt.Errorf("watch %q: %w", q.opts.Key, err)
-	}
-	defer watcher.Close()
+	defer done()
 
 	// The stream outlives WriteTimeout; each write gets its own deadline instead.
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Time{}) // else ReadTimeout ends the watch's context
 	w.Header().Set("Content-Type", api.ContentTypeWatch)
-	w.Header().Set(api.HeaderRevision, strconv.FormatInt(view.Revision(), 10))
+	w.Header().Set(api.HeaderRevision, strconv.FormatInt(rev, 10))
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096), prevKV: q.prevKV,
@@ -137,6 +153,41 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.streamWatch(r.Context(), watcher, ws, q.progress)
 	return nil
+}
+
+// watchRights returns, for a watch made with ctx's token, which event keys the token
+// may read now (allow) and a check that fails once the token is deleted (revoked); both
+// nil when ACLs are not enforced. Each event is checked against the rights the token
+// holds when it is sent: a policy change or a deleted token stops the events it no
+// longer allows.
+func (s *Server) watchRights(ctx context.Context) (allow func([]byte) bool, revoked func() error) {
+	az := authzOf(ctx)
+	if az == nil {
+		return nil, nil
+	}
+	revoked = func() error { _, err := s.current(az); return err }
+	allow = func(key []byte) bool {
+		cur, err := s.current(az)
+		return err == nil && cur.key(key, false)
+	}
+	return allow, revoked
+}
+
+// checkWatchStart refuses a watch whose token (as it is now) may read nothing of its
+// key or range.
+func (s *Server) checkWatchStart(ctx context.Context, q watchReq) error {
+	if az := authzOf(ctx); az != nil {
+		cur, err := s.current(az)
+		if err != nil {
+			return err
+		}
+		ctx = context.WithValue(ctx, authzKey{}, cur)
+	}
+	if q.opts.End == nil {
+		return checkKey(ctx, q.opts.Key, false)
+	}
+	_, err := readFilter(ctx, q.opts.Key, q.opts.End)
+	return err
 }
 
 // watchWriter writes one watch stream's lines in its format: /v1/watch's
@@ -160,16 +211,22 @@ func (s *Server) streamWatch(ctx context.Context, watcher *fsm.Watcher, ws watch
 		case <-ctx.Done():
 		}
 	}()
-	var tick <-chan time.Time
+	pumpWatch(ctx, watcher, ws, progress)
+}
+
+// pumpWatch copies the watcher's events to ws, with a progress notification every
+// progress (0: none) while nothing is pending, until ctx is done or the watch ends
+// (then with ws.end). It starts no goroutine: an idle watch costs one blocked
+// goroutine, its caller's.
+func pumpWatch(ctx context.Context, watcher *fsm.Watcher, ws watchWriter, progress time.Duration) {
+	var due time.Time
 	if progress > 0 {
-		t := time.NewTicker(progress)
-		defer t.Stop()
-		tick = t.C
+		due = time.Now().Add(progress)
 	}
 	for {
 		nctx, ncancel := ctx, context.CancelFunc(func() {})
-		if tick != nil {
-			nctx, ncancel = contextUntil(ctx, tick)
+		if progress > 0 {
+			nctx, ncancel = context.WithDeadline(ctx, due)
 		}
 		groups, err := watcher.Next(nctx)
 		ncancel()
@@ -180,7 +237,8 @@ func (s *Server) streamWatch(ctx context.Context, watcher *fsm.Watcher, ws watch
 			}
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, context.Canceled): // progress tick
+		case errors.Is(err, context.DeadlineExceeded): // progress is due
+			due = time.Now().Add(progress)
 			if rev, ok := watcher.Bookmark(); ok {
 				if ws.progress(rev) != nil {
 					return
@@ -191,19 +249,6 @@ func (s *Server) streamWatch(ctx context.Context, watcher *fsm.Watcher, ws watch
 			return
 		}
 	}
-}
-
-// contextUntil is ctx, also cancelled when tick fires.
-func contextUntil(ctx context.Context, tick <-chan time.Time) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-tick:
-			cancel()
-		case <-c.Done():
-		}
-	}()
-	return c, cancel
 }
 
 // watchStream writes api.WatchEvent lines.

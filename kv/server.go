@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/net/http2"
+	//lint:ignore SA1019 http.Server.Protocols peeks for the preface before HTTP/1 parsing (see Serve)
+	"golang.org/x/net/http2/h2c"
 )
 
 // Server serves the HTTP API of one node. Its handlers are safe for concurrent use; it
@@ -134,7 +137,14 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("kv: Serve called after Shutdown or twice")
 	}
 	srv := &http.Server{
-		Handler:           s.handler,
+		// HTTP/1.1, and HTTP/2 over cleartext TCP for clients that start with its
+		// preface (prior knowledge: gRPC-style clients, curl --http2-prior-knowledge,
+		// Go's Transport with Protocols.SetUnencryptedHTTP2): many requests in flight
+		// on one connection. x/net's h2c handler rather than http.Server.Protocols:
+		// the latter peeks 14 bytes for the preface before parsing HTTP/1, so a
+		// shorter garbage request would wait for the header timeout instead of a 400.
+		//lint:ignore SA1019 see above
+		Handler:           h2c.NewHandler(s.handler, &http2.Server{}),
 		MaxHeaderBytes:    http.DefaultMaxHeaderBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,

@@ -91,6 +91,8 @@ type streamConn struct {
 	wmu    sync.Mutex
 	bw     *bufio.Writer
 	werr   error // first write failure; later answers are dropped
+
+	watches streamWatches // stream_watch.go
 }
 
 // newStreamConn registers a stream with the server (so Shutdown closes it); nil once
@@ -146,6 +148,7 @@ func (c *streamConn) serve() {
 	flushDone := make(chan struct{})
 	go c.flusher(flushDone)
 	defer func() {
+		c.stopWatches()
 		c.wg.Wait()
 		c.cancel()
 		<-flushDone
@@ -186,6 +189,10 @@ func (c *streamConn) serve() {
 			}
 			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &api.Error{Code: http.StatusBadRequest,
 				Reason: api.ReasonBadRequest, Message: err.Error()}})
+			continue
+		}
+		if req.Op == api.StreamWatch || req.Op == api.StreamWatchCancel {
+			c.watchFrame(&req)
 			continue
 		}
 		select {

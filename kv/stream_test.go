@@ -16,7 +16,7 @@ import (
 
 // rawStream upgrades a plain TCP connection to the stream protocol by hand, so that
 // tests can send frames no client would.
-func rawStream(t *testing.T, ts *testServer) (net.Conn, *bufio.Reader) {
+func rawStream(t testing.TB, ts *testServer) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
 	if err != nil {
@@ -33,7 +33,7 @@ func rawStream(t *testing.T, ts *testServer) (net.Conn, *bufio.Reader) {
 	return conn, br
 }
 
-func readResponse(t *testing.T, br *bufio.Reader) api.StreamResponse {
+func readResponse(t testing.TB, br *bufio.Reader) api.StreamResponse {
 	t.Helper()
 	body, err := api.ReadStreamFrame(br, api.MaxStreamFrame)
 	if err != nil {

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +35,7 @@ type etcdCluster struct {
 	// certificates required, certificates made by keel's helpers (as keel -tls runs).
 	keelBin string
 	tlsCfg  *tls.Config
+	gateway bool // single-key Put and Get through the JSON gateway
 }
 
 func newEtcdCluster(bin, dir, pidFile string, connsPerNode int, pprof bool, tlsWith string) *etcdCluster {
@@ -138,6 +145,9 @@ func (c *etcdCluster) Start(ctx context.Context) error {
 	}
 	c.drv = newEtcdDriver(c.connsPerNode)
 	c.drv.tls = c.tlsCfg
+	if c.gateway {
+		c.drv.useGateway()
+	}
 	for i := 0; i < 4; i++ {
 		c.drv.endpoints = append(c.drv.endpoints, c.clientURL(i))
 	}
@@ -231,6 +241,48 @@ type etcdDriver struct {
 	pool         map[int][]*clientv3.Client
 	watchers     map[int]*clientv3.Client // per member, for the watch workload
 	tls          *tls.Config              // nil: plain text
+	gw           *http.Client             // non-nil: Put and Get through the JSON gateway
+}
+
+// useGateway sends single-key Put and Get through etcd's JSON gateway (grpc-gateway
+// on the client port: POST /v3/kv/put and /v3/kv/range, keys and values base64) over
+// HTTP/1.1 keep-alive connections, one per worker, as keel's HTTP driver does. What a
+// curl, Python or JavaScript user of etcd gets without a gRPC stack.
+func (d *etcdDriver) useGateway() {
+	d.gw = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     d.tls, // nil: plain text
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+// gwPost posts body (JSON) to the gateway path on node and decodes the answer into out.
+func (d *etcdDriver) gwPost(ctx context.Context, node int, path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.endpoints[node]+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.gw.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd gateway %s: HTTP %d: %.200s", path, resp.StatusCode, rb)
+	}
+	return json.Unmarshal(rb, out)
 }
 
 func newEtcdDriver(connsPerNode int) *etcdDriver {
@@ -266,11 +318,40 @@ func (d *etcdDriver) conn(node, worker int) *clientv3.Client {
 }
 
 func (d *etcdDriver) Put(ctx context.Context, node, worker int, key string, val []byte) error {
+	if d.gw != nil {
+		var out struct {
+			Header struct {
+				Revision string `json:"revision"`
+			} `json:"header"`
+		}
+		if err := d.gwPost(ctx, node, "/v3/kv/put", map[string][]byte{"key": []byte(key), "value": val}, &out); err != nil {
+			return err
+		}
+		if out.Header.Revision == "" {
+			return errors.New("etcd gateway put: no revision in the answer")
+		}
+		return nil
+	}
 	_, err := d.conn(node, worker).Put(ctx, key, string(val))
 	return err
 }
 
 func (d *etcdDriver) Get(ctx context.Context, node, worker int, key string, serializable bool) error {
+	if d.gw != nil {
+		var out struct {
+			Kvs []struct {
+				Value []byte `json:"value"`
+			} `json:"kvs"`
+		}
+		body := map[string]any{"key": []byte(key), "serializable": serializable}
+		if err := d.gwPost(ctx, node, "/v3/kv/range", body, &out); err != nil {
+			return err
+		}
+		if len(out.Kvs) == 0 {
+			return errNotFound
+		}
+		return nil
+	}
 	var opts []clientv3.OpOption
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())

@@ -31,7 +31,7 @@ type keelCluster struct {
 	procs             []*proc
 	drv               *keelDriver
 	pprof             bool
-	protocol          string // "stream" or "http": how single-key requests travel
+	protocol          string // "stream", "http" or "h2c": how single-key requests travel
 	// tls runs every port with TLS (certificates from bin's `keel tls` helpers, HTTP
 	// clients verified); otherwise the nodes run -insecure.
 	tls bool
@@ -104,7 +104,7 @@ func (c *keelCluster) Start(ctx context.Context) error {
 		return err
 	}
 	c.httpPorts, c.raftPorts, c.pprofPorts = ports[:4], ports[4:8], ports[8:]
-	c.drv = newKeelDriver()
+	c.drv = newKeelDriver(c.protocol == "h2c")
 	scheme := "http://"
 	if c.tls {
 		cfg, err := c.makeCerts()
@@ -242,13 +242,20 @@ func streamErr(err error) error {
 	return err
 }
 
-func newKeelDriver() *keelDriver {
+// newKeelDriver: h2c sends every HTTP request as HTTP/2 over cleartext TCP (prior
+// knowledge), many requests multiplexed on one connection per member, as a gRPC
+// client does; otherwise HTTP/1.1 with one keep-alive connection per worker.
+func newKeelDriver(h2c bool) *keelDriver {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+	}
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
 	return &keelDriver{hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}, tr: tr}
 }
@@ -445,4 +452,9 @@ func (d *keelDriver) Close() {
 	for _, c := range d.streams {
 		c.Close()
 	}
+	d.watchMu.Lock()
+	for _, c := range d.watchers {
+		c.Close()
+	}
+	d.watchMu.Unlock()
 }

@@ -82,7 +82,8 @@ func compareCmd(args []string) error {
 	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member")
 	useTLS := fs.Bool("tls", false, "run both systems with TLS on client and peer ports and client certificates required, "+
 		"certificates made by keel tls (same scheme for both); otherwise plain text (keel -insecure)")
-	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream or http")
+	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream, http (HTTP/1.1) or h2c (HTTP/2 cleartext)")
+	etcdProto := fs.String("etcd-protocol", "grpc", "how etcd's single-key reads and writes travel: grpc (clientv3) or gateway (its JSON gateway, /v3/kv/put and /v3/kv/range over HTTP/1.1)")
 	profileDir := fs.String("profile-dir", "", "capture CPU profiles of the leader and a follower during the main runs "+
 		"(keel needs -keel-bin pointing at keelprof; etcd gets --enable-pprof)")
 	cfg := defaultSuiteConfig()
@@ -117,7 +118,10 @@ func compareCmd(args []string) error {
 			var version string
 			switch sys {
 			case "etcd":
-				version = firstLine(*etcdBin, "--version")
+				if *etcdProto != "grpc" && *etcdProto != "gateway" {
+					return fmt.Errorf("-etcd-protocol %q: want grpc or gateway", *etcdProto)
+				}
+				version = firstLine(*etcdBin, "--version") + " (" + *etcdProto + ")"
 				if *useTLS {
 					version += " TLS"
 				}
@@ -126,11 +130,13 @@ func compareCmd(args []string) error {
 					if *useTLS {
 						tlsWith = *keelBin
 					}
-					return newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "", tlsWith)
+					c := newEtcdCluster(*etcdBin, dir(sub), *pidFile, *conns, *profileDir != "", tlsWith)
+					c.gateway = *etcdProto == "gateway"
+					return c
 				}
 			case "keel":
-				if *keelProto != "stream" && *keelProto != "http" {
-					return fmt.Errorf("-keel-protocol %q: want stream or http", *keelProto)
+				if *keelProto != "stream" && *keelProto != "http" && *keelProto != "h2c" {
+					return fmt.Errorf("-keel-protocol %q: want stream, http or h2c", *keelProto)
 				}
 				version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
 				if *useTLS {

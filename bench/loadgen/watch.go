@@ -27,8 +27,9 @@ type WatchDriver interface {
 	Watch(ctx context.Context, node int, prefix string, from int64, deliver func(val []byte)) error
 }
 
-// Watch for keel: the Go client's Watch (one HTTP/1.1 streaming response per watch,
-// each on its own connection), one client per member.
+// Watch for keel: the Go client's Watch over the stream protocol (Options.Stream),
+// one client per member dedicated to watches, so every watch to a member shares one
+// connection, as etcd's clientv3 multiplexes them on one gRPC stream.
 func (d *keelDriver) Watch(ctx context.Context, node int, prefix string, from int64, deliver func([]byte)) error {
 	cl := d.watchClient(node)
 	for ev := range cl.Watch(ctx, prefix, client.WatchOptions{StartRevision: from, Buffer: 1024}) {
@@ -58,7 +59,7 @@ func (d *keelDriver) watchClient(node int) *client.Client {
 		MaxIdleConns:       16,
 		DisableCompression: true,
 	}
-	c, err := client.New([]string{d.bases[node]}, client.Options{HTTPClient: &http.Client{Transport: tr}})
+	c, err := client.New([]string{d.bases[node]}, client.Options{HTTPClient: &http.Client{Transport: tr}, Stream: true})
 	if err != nil {
 		panic(fmt.Sprintf("keel client: %v", err)) // only on a bad address
 	}

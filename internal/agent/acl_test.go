@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -338,27 +339,51 @@ func TestACLListAndWatchFiltering(t *testing.T) {
 		t.Fatalf("get b/1 with a-reader = %v, want 403 Forbidden", err)
 	}
 
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	events := rd.Watch(wctx, "", client.WatchOptions{StartRevision: first, Progress: 200 * time.Millisecond})
-	mixed("3")
-	var got []string
-	for ev := range events {
-		if ev.Err != nil {
-			t.Fatalf("watch: %v", ev.Err)
-		}
-		if ev.Type == api.EventProgress {
-			continue
-		}
-		got = append(got, ev.KV.Key)
-		if ev.KV.Key == "a/3" {
-			break
-		}
+	// The same watch over HTTP and over the stream protocol (many watches on one
+	// connection, the token given at its upgrade).
+	rdStream, err := client.New([]string{a.HTTPAddr()}, client.Options{Token: tok.SecretID, MaxRetries: -1, Stream: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if strings.Join(got, ",") != "a/1,a/2,a/3" {
-		t.Fatalf("watch of everything with a-reader delivered %q, want a/1,a/2,a/3", got)
+	defer rdStream.Close()
+	for i, cl := range []*client.Client{rd, rdStream} {
+		wctx, wcancel := context.WithCancel(ctx)
+		events := cl.Watch(wctx, "", client.WatchOptions{StartRevision: first, Progress: 200 * time.Millisecond})
+		last := fmt.Sprint(3 + i)
+		mixed(last)
+		var got []string
+		for ev := range events {
+			if ev.Err != nil {
+				t.Fatalf("watch %d: %v", i, ev.Err)
+			}
+			if ev.Type == api.EventProgress {
+				continue
+			}
+			got = append(got, ev.KV.Key)
+			if ev.KV.Key == "a/"+last {
+				break
+			}
+		}
+		want := "a/1,a/2,a/3"
+		if i == 1 {
+			want += ",a/4"
+		}
+		if strings.Join(got, ",") != want {
+			t.Fatalf("watch %d of everything with a-reader delivered %q, want %s", i, got, want)
+		}
+		wcancel()
 	}
-	wcancel()
+	if _, err := rdStream.Get(ctx, "b/1"); !client.IsForbidden(err) {
+		t.Fatalf("stream get b/1 with a-reader = %v, want 403 Forbidden", err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	for ev := range rdStream.Watch(sctx, "b/", client.WatchOptions{}) {
+		if !client.IsForbidden(ev.Err) {
+			t.Fatalf("stream watch of b/ with a-reader = %+v, want 403 Forbidden", ev)
+		}
+		break
+	}
+	scancel()
 	if st, _, _ := aclDo(t, a, "GET", "/v1/watch/b/1", "", tok.SecretID); st != http.StatusForbidden {
 		t.Fatalf("watch b/1 with a-reader = %d, want 403", st)
 	}

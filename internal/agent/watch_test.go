@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +16,23 @@ import (
 // The node a Go client watches is stopped mid-stream: the client resumes on another
 // node from the first revision it had not delivered, and the events it delivers are
 // exactly the writes, in order, with no gap and no duplicate.
+// With Options.Stream the watch rides the stream protocol and no request of the
+// watching client goes over HTTP.
 func TestClusterWatchResumesOnAnotherNode(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) { testClusterWatchResumes(t, stream) })
+	}
+}
+
+// countingRT counts the HTTP requests it carries.
+type countingRT struct{ n atomic.Int64 }
+
+func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func testClusterWatchResumes(t *testing.T, stream bool) {
 	c := newTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -22,7 +40,9 @@ func TestClusterWatchResumesOnAnotherNode(t *testing.T) {
 	watched := (lead + 1) % 3 // a follower: writes go on while it is down
 	other := 3 - lead - watched
 	addrs := []string{c.agents[watched].HTTPAddr(), c.agents[lead].HTTPAddr(), c.agents[other].HTTPAddr()}
-	wc, err := client.New(addrs, client.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	rt := &countingRT{}
+	wc, err := client.New(addrs, client.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Stream: stream, HTTPClient: &http.Client{Transport: rt}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,5 +117,8 @@ func TestClusterWatchResumesOnAnotherNode(t *testing.T) {
 	}
 	if got[0].Revision != first {
 		t.Fatalf("first event at %d, want %d", got[0].Revision, first)
+	}
+	if n := rt.n.Load(); stream && n != 0 {
+		t.Fatalf("%d requests of the stream client went over HTTP", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 	"unicode/utf8"
 )
 
@@ -66,6 +67,10 @@ func (o StreamOp) String() string {
 		return "put"
 	case StreamDelete:
 		return "delete"
+	case StreamWatch:
+		return "watch"
+	case StreamWatchCancel:
+		return "cancel"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -91,6 +96,10 @@ type StreamRequest struct {
 	Serializable bool   // get
 	PrevRevision int64  // put, delete: valid when HasPrev
 	HasPrev      bool
+	// Watch (StreamWatch; Revision is its start_revision, Serializable its start).
+	Prefix   bool
+	PrevKV   bool
+	Progress time.Duration // 0: no progress frames; whole milliseconds on the wire
 }
 
 // StreamResponse is one response frame. Err is set on failure (status 1).
@@ -101,10 +110,26 @@ type StreamResponse struct {
 	Revision int64
 	KV       KV    // get
 	Deleted  int64 // delete
+	// Watch answers (op StreamWatch, Err nil): Watch says which; Revision is the
+	// created, events, progress or last revision (stream_watch.go).
+	Watch           StreamWatchStatus
+	Events          []StreamEvent // StreamWatchEvents
+	CompactRevision int64         // StreamWatchEnd
+	Reason, Message string        // StreamWatchEnd
 }
 
 // AppendStreamRequest appends r as one frame (length prefix included).
 func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
+	if r.Op == StreamWatch || r.Op == StreamWatchCancel {
+		var flags byte
+		if r.Op == StreamWatch {
+			flags = watchFlags(r)
+		}
+		body := binary.AppendUvarint(nil, r.ID)
+		body = append(body, byte(r.Op), flags)
+		body = appendBinBytes(body, r.Key)
+		return appendFramed(b, appendWatchRequest(body, r))
+	}
 	var flags byte
 	if r.Serializable {
 		flags |= StreamFlagSerializable
@@ -140,6 +165,9 @@ func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
 
 // AppendStreamResponse appends r as one frame (length prefix included).
 func AppendStreamResponse(b []byte, r *StreamResponse) []byte {
+	if r.Op == StreamWatch && r.Err == nil {
+		return appendFramed(b, appendWatchResponse(nil, r))
+	}
 	n := uvarintLen(r.ID) + 2
 	if r.Err != nil {
 		n += uvarintLen(uint64(r.Err.Code)) + bytesLen(len(r.Err.Reason)) + bytesLen(len(r.Err.Message))
@@ -218,6 +246,8 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 	r.Key = d.Bytes("key", noMax)
 	switch {
 	case d.Err() != nil:
+	case op == StreamWatch, op == StreamWatchCancel:
+		decodeWatchRequest(d, flags, r)
 	case flags&^(StreamFlagSerializable|StreamFlagPrev) != 0:
 		d.Fail("unknown flags %#x", flags)
 	case op == StreamGet:
@@ -247,7 +277,9 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 	return nil
 }
 
-// DecodeStreamResponse decodes a response frame body. The value is copied out of body.
+// DecodeStreamResponse decodes a response frame body. A get's value is copied out of
+// body; the values of watch events alias it (ReadStreamFrame returns a fresh body per
+// frame).
 func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 	*r = StreamResponse{}
 	d := newBinDecoder(body, ErrBadStreamFrame)
@@ -262,6 +294,8 @@ func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 			d.Fail("bad error status %d", code)
 		}
 		r.Err = &Error{Code: int(code), Reason: string(reason), Message: string(msg)}
+	case r.Op == StreamWatch:
+		decodeWatchResponse(d, StreamWatchStatus(status), r)
 	case status != 0:
 		d.Fail("unknown status %d", status)
 	default:
@@ -281,6 +315,26 @@ func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 		return fmt.Errorf("response %d: %w", r.ID, err)
 	}
 	return nil
+}
+
+// appendFramed appends body with its length prefix.
+func appendFramed(b, body []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	return append(b, body...)
+}
+
+func watchFlags(r *StreamRequest) byte {
+	var flags byte
+	if r.Serializable {
+		flags |= StreamFlagSerializable
+	}
+	if r.Prefix {
+		flags |= StreamFlagPrefix
+	}
+	if r.PrevKV {
+		flags |= StreamFlagPrevKV
+	}
+	return flags
 }
 
 func uvarintLen(v uint64) int {

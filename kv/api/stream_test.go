@@ -73,6 +73,10 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		b := AppendStreamRequest(nil, &r)
 		f.Add(b[1:]) // the body, without its length
 	}
+	for _, r := range watchRequests {
+		b := AppendStreamRequest(nil, &r)
+		f.Add(b[1:])
+	}
 	f.Add([]byte{0x80})
 	f.Add([]byte{1, 2, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -99,6 +103,10 @@ func FuzzDecodeStreamResponse(f *testing.F) {
 		{ID: 3, Op: StreamDelete, Revision: 11, Deleted: 1},
 		{ID: 4, Op: StreamPut, Err: &Error{Code: 409, Reason: ReasonConflict, Message: "nope"}},
 	} {
+		b := AppendStreamResponse(nil, &r)
+		f.Add(b[1:])
+	}
+	for _, r := range watchResponses {
 		b := AppendStreamResponse(nil, &r)
 		f.Add(b[1:])
 	}

@@ -37,11 +37,13 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between retries
 	// (defaults 25ms and 1s).
 	MinBackoff, MaxBackoff time.Duration
-	// Stream sends single-key Get, Put and Delete (CAS included) over the stream
-	// protocol: one binary connection per node with many requests in flight, much
-	// cheaper per request than HTTP for both sides. Lists, transactions and the rest
-	// stay on HTTP, and so does everything for a node that does not offer the protocol
-	// (an older release). Call Close when done with the client.
+	// Stream sends single-key Get, Put and Delete (CAS included) and every Watch over
+	// the stream protocol: one binary connection per node with many requests and
+	// watches in flight, much cheaper per request and per watch than HTTP for both
+	// sides. Lists, transactions and the rest stay on HTTP, and so does everything for
+	// a node that does not offer the protocol (an older release); a node whose
+	// stream protocol predates watches serves watches over HTTP. Call Close when done
+	// with the client.
 	Stream bool
 	// TLS configures https:// addresses (the cluster CA in RootCAs, and a client
 	// certificate when the nodes verify clients); nil: the system roots. A bare

@@ -51,6 +51,7 @@ type streamConn struct {
 
 	mu      sync.Mutex
 	pending map[uint64]chan streamResult
+	watches map[uint64]*watchSub // stream_watch.go
 	nextID  uint64
 	err     error // why the connection died
 }
@@ -191,6 +192,10 @@ func (c *streamConn) readLoop(br *bufio.Reader) {
 			c.fail(err)
 			return
 		}
+		if r.resp.Op == api.StreamWatch {
+			c.deliverWatch(r.resp)
+			continue
+		}
 		c.mu.Lock()
 		ch, ok := c.pending[r.resp.ID]
 		delete(c.pending, r.resp.ID)
@@ -215,6 +220,7 @@ func (c *streamConn) fail(err error) {
 		ch <- streamResult{err: c.err}
 		delete(c.pending, id)
 	}
+	c.failWatchesLocked()
 }
 
 func (c *streamConn) close() { c.fail(net.ErrClosed) }

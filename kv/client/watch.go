@@ -87,7 +87,7 @@ func (c *Client) watchLoop(ctx context.Context, prefix string, opts WatchOptions
 	next := opts.StartRevision
 	for attempt := 0; ; attempt++ {
 		idx := int(c.cur.Load()) % len(c.addrs)
-		progressed, err := c.watchOnce(ctx, c.addrs[idx], prefix, opts, &next, ch)
+		progressed, err := c.watchOn(ctx, c.addrs[idx], prefix, opts, &next, ch)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -105,6 +105,27 @@ func (c *Client) watchLoop(ctx context.Context, prefix string, opts WatchOptions
 			return serr
 		}
 	}
+}
+
+// watchOn runs one stream on base: over the stream protocol with Options.Stream when
+// the node offers it, over HTTP otherwise — also when the node refuses the stream
+// watch with a 400 (a release whose stream protocol predates watches).
+func (c *Client) watchOn(ctx context.Context, base, prefix string, opts WatchOptions, next *int64,
+	ch chan<- WatchEvent) (bool, error) {
+	if c.opts.Stream {
+		sc, err := c.streamTo(ctx, base)
+		switch {
+		case err == nil:
+			progressed, err := c.watchOnceStream(ctx, sc, prefix, opts, next, ch)
+			var refused *watchRefusedError
+			if !errors.As(err, &refused) || refused.err.Code != http.StatusBadRequest {
+				return progressed, err
+			}
+		case !errors.Is(err, errNoStream):
+			return false, err
+		}
+	}
+	return c.watchOnce(ctx, base, prefix, opts, next, ch)
 }
 
 // ErrWatchEnded marks a stream the server ended with a resumable END line (reason
