@@ -377,11 +377,8 @@ func TestACLListAndWatchFiltering(t *testing.T) {
 		t.Fatalf("stream get b/1 with a-reader = %v, want 403 Forbidden", err)
 	}
 	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-	for ev := range rdStream.Watch(sctx, "b/", client.WatchOptions{}) {
-		if !client.IsForbidden(ev.Err) {
-			t.Fatalf("stream watch of b/ with a-reader = %+v, want 403 Forbidden", ev)
-		}
-		break
+	if ev, ok := <-rdStream.Watch(sctx, "b/", client.WatchOptions{}); !ok || !client.IsForbidden(ev.Err) {
+		t.Fatalf("stream watch of b/ with a-reader = %+v (open %t), want 403 Forbidden", ev, ok)
 	}
 	scancel()
 	if st, _, _ := aclDo(t, a, "GET", "/v1/watch/b/1", "", tok.SecretID); st != http.StatusForbidden {
