@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
 )
 
 func newACLCmd() *cobra.Command {
@@ -54,17 +56,13 @@ func newACLBootstrapCmd() *cobra.Command {
 		Short: "Create the first management token (works once per cluster; its secret is on the last line)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			t, err := c.ACLBootstrap(ctx)
-			if err != nil {
-				return err
-			}
-			return printToken(cmd.OutOrStdout(), t)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				t, err := c.ACLBootstrap(ctx)
+				if err != nil {
+					return err
+				}
+				return printToken(cmd.OutOrStdout(), t)
+			})
 		},
 	}
 }
@@ -76,17 +74,13 @@ func newACLTokenCreateCmd() *cobra.Command {
 		Short: "Create a token bound to policies (its secret is on the last line)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			t, err := c.ACLTokenCreate(ctx, req)
-			if err != nil {
-				return err
-			}
-			return printToken(cmd.OutOrStdout(), t)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				t, err := c.ACLTokenCreate(ctx, req)
+				if err != nil {
+					return err
+				}
+				return printToken(cmd.OutOrStdout(), t)
+			})
 		},
 	}
 	cmd.Flags().StringSliceVar(&req.Policies, "policy", nil, "policy names (comma-separated or repeated)")
@@ -100,25 +94,21 @@ func newACLTokenListCmd() *cobra.Command {
 		Short: "List tokens (accessor IDs and policies; secrets are never shown again)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			toks, err := c.ACLTokenList(ctx)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), toks)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCESSOR ID\tPOLICIES\tCREATED\tDESCRIPTION")
-			for _, t := range toks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.AccessorID, strings.Join(t.Policies, ","), t.CreateTime, t.Description)
-			}
-			return tw.Flush()
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				toks, err := c.ACLTokenList(ctx)
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), toks)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ACCESSOR ID\tPOLICIES\tCREATED\tDESCRIPTION")
+				for _, t := range toks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.AccessorID, strings.Join(t.Policies, ","), t.CreateTime, t.Description)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 }
@@ -129,17 +119,13 @@ func newACLTokenSelfCmd() *cobra.Command {
 		Short: "Describe the token given by -token / KEEL_TOKEN",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			t, err := c.ACLTokenSelf(ctx)
-			if err != nil {
-				return err
-			}
-			return printToken(cmd.OutOrStdout(), t)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				t, err := c.ACLTokenSelf(ctx)
+				if err != nil {
+					return err
+				}
+				return printToken(cmd.OutOrStdout(), t)
+			})
 		},
 	}
 }
@@ -150,17 +136,13 @@ func newACLTokenDeleteCmd() *cobra.Command {
 		Short: "Delete a token: requests with it fail with 401 from then on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			if err := c.ACLTokenDelete(ctx, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted token %s\n", args[0])
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.ACLTokenDelete(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted token %s\n", args[0])
+				return nil
+			})
 		},
 	}
 }
@@ -241,17 +223,13 @@ func newACLPolicyGetCmd() *cobra.Command {
 		Short: "Show a policy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			p, err := c.ACLPolicyGet(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), p)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				p, err := c.ACLPolicyGet(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), p)
+			})
 		},
 	}
 }
@@ -262,17 +240,13 @@ func newACLPolicyListCmd() *cobra.Command {
 		Short: "List policies",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			ps, err := c.ACLPolicyList(ctx)
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), ps)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				ps, err := c.ACLPolicyList(ctx)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), ps)
+			})
 		},
 	}
 }
@@ -283,17 +257,13 @@ func newACLPolicyDeleteCmd() *cobra.Command {
 		Short: "Delete a policy: its tokens lose its rights at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			if err := c.ACLPolicyDelete(ctx, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted policy %s\n", args[0])
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.ACLPolicyDelete(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted policy %s\n", args[0])
+				return nil
+			})
 		},
 	}
 }

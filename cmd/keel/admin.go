@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
 )
 
 func newTxnCmd() *cobra.Command {
@@ -91,43 +93,39 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the answering node's view of the cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			st, err := c.Status(ctx)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), st)
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "node\t%s (%s)\n", st.NodeID, st.State)
-			fmt.Fprintf(w, "leader\t%s %s\n", st.LeaderID, st.LeaderAddr)
-			fmt.Fprintf(w, "term\t%d\n", st.Term)
-			fmt.Fprintf(w, "revision\t%d (compacted at %d)\n", st.Revision, st.CompactRevision)
-			fmt.Fprintf(w, "raft index\tapplied %d, commit %d, last %d\n", st.AppliedIndex, st.CommitIndex, st.LastLogIndex)
-			switch {
-			case st.TLS:
-				fmt.Fprintln(w, "security\tTLS on every port")
-			case st.Insecure:
-				fmt.Fprintln(w, "security\tINSECURE: plain text, no TLS (-insecure or -dev)")
-			}
-			if st.ACL != nil {
-				state := "not bootstrapped (keel acl bootstrap)"
-				if st.ACL.Bootstrapped {
-					state = "bootstrapped: tokens required"
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Status(ctx)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "acl\t%s; default %s\n", state, st.ACL.Default)
-			}
-			fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSUFFRAGE\tLEADER")
-			for _, m := range st.Members {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", m.ID, m.Address, m.Suffrage, m.Leader)
-			}
-			return w.Flush()
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "node\t%s (%s)\n", st.NodeID, st.State)
+				fmt.Fprintf(w, "leader\t%s %s\n", st.LeaderID, st.LeaderAddr)
+				fmt.Fprintf(w, "term\t%d\n", st.Term)
+				fmt.Fprintf(w, "revision\t%d (compacted at %d)\n", st.Revision, st.CompactRevision)
+				fmt.Fprintf(w, "raft index\tapplied %d, commit %d, last %d\n", st.AppliedIndex, st.CommitIndex, st.LastLogIndex)
+				switch {
+				case st.TLS:
+					fmt.Fprintln(w, "security\tTLS on every port")
+				case st.Insecure:
+					fmt.Fprintln(w, "security\tINSECURE: plain text, no TLS (-insecure or -dev)")
+				}
+				if st.ACL != nil {
+					state := "not bootstrapped (keel acl bootstrap)"
+					if st.ACL.Bootstrapped {
+						state = "bootstrapped: tokens required"
+					}
+					fmt.Fprintf(w, "acl\t%s; default %s\n", state, st.ACL.Default)
+				}
+				fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSUFFRAGE\tLEADER")
+				for _, m := range st.Members {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", m.ID, m.Address, m.Suffrage, m.Leader)
+				}
+				return w.Flush()
+			})
 		},
 	}
 }

@@ -151,23 +151,19 @@ func newLeaseListCmd() *cobra.Command {
 		Short: "List leases (ID and granted TTL)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			ls, err := c.Leases(ctx)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), ls)
-			}
-			for _, l := range ls {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d\t%ds\n", l.ID, l.GrantedTTL)
-			}
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				ls, err := c.Leases(ctx)
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), ls)
+				}
+				for _, l := range ls {
+					fmt.Fprintf(cmd.OutOrStdout(), "%d\t%ds\n", l.ID, l.GrantedTTL)
+				}
+				return nil
+			})
 		},
 	}
 }

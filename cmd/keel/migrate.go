@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
 	"github.com/keel-kv/keel/migrate"
 )
 
@@ -103,39 +104,35 @@ func newMigrateSettingsCmd() *cobra.Command {
 Until first changed they come from the leader's -no-migrate and -migrate-rate flags.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			s, err := c.MigrationSettings(ctx)
-			if err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("auto") || cmd.Flags().Changed("rate") {
-				if cmd.Flags().Changed("auto") {
-					s.Auto = auto
-				}
-				if cmd.Flags().Changed("rate") {
-					s.Rate = rate
-				}
-				if err := migrate.ValidateSettings(s); err != nil {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				s, err := c.MigrationSettings(ctx)
+				if err != nil {
 					return err
 				}
-				if err := c.SetMigrationSettings(ctx, s); err != nil {
-					return err
+				if cmd.Flags().Changed("auto") || cmd.Flags().Changed("rate") {
+					if cmd.Flags().Changed("auto") {
+						s.Auto = auto
+					}
+					if cmd.Flags().Changed("rate") {
+						s.Rate = rate
+					}
+					if err := migrate.ValidateSettings(s); err != nil {
+						return err
+					}
+					if err := c.SetMigrationSettings(ctx, s); err != nil {
+						return err
+					}
 				}
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), s)
-			}
-			r := fmt.Sprintf("%d objects/s", s.Rate)
-			if s.Rate < 0 {
-				r = "unlimited"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "auto: %v\nrate: %s\n", s.Auto, r)
-			return nil
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), s)
+				}
+				r := fmt.Sprintf("%d objects/s", s.Rate)
+				if s.Rate < 0 {
+					r = "unlimited"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "auto: %v\nrate: %s\n", s.Auto, r)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&auto, "auto", true, "start migrations automatically")

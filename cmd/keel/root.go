@@ -95,3 +95,14 @@ func exitCode(err error) int {
 	}
 	return 1
 }
+
+// withClient runs f with a client of -addr and a context bounded by -timeout.
+func withClient(cmd *cobra.Command, f func(ctx context.Context, c *client.Client) error) error {
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withTimeout(cmd)
+	defer cancel()
+	return f(ctx, c)
+}
