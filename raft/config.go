@@ -8,8 +8,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
-
-	"github.com/keel-kv/keel/internal/tlsutil"
 )
 
 // Errors of replication. A write that fails with ErrNoLeader or ErrNotLeader was not
@@ -50,8 +48,8 @@ type Config struct {
 	// certificate signed by the cluster CA, a dialed node must be the node the
 	// configuration lists at that address, and a peer may ask to add only itself
 	// (unless it is a member already, forwarding a join). Certificates reload with
-	// TLS.Reload.
-	TLS *tlsutil.Reloader
+	// TLS.Reload. internal/tlsutil.Reloader implements it.
+	TLS PeerTLS
 
 	ApplyTimeout time.Duration // bound on one write's replication
 	// LeaderWait bounds how long a request waits for leader contact when the node has

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	hraft "github.com/hashicorp/raft"
-
-	"github.com/keel-kv/keel/internal/tlsutil"
 )
 
 // The first byte of every connection to the raft port says what it carries.
@@ -30,14 +28,14 @@ type mux struct {
 	// Raft or RPC, starts with a handshake in which both sides show a node certificate
 	// signed by the cluster CA. idOf names the node expected at a dialed address
 	// ("" when unknown, as when joining).
-	tls  *tlsutil.Reloader
+	tls  PeerTLS
 	idOf func(addr string) string
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
-func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP, tls *tlsutil.Reloader,
+func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP, tls PeerTLS,
 	idOf func(string) string) *mux {
 	m := &mux{ln: ln, advertise: advertise, raftConns: make(chan net.Conn, 16), rpc: rpc,
 		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf}

@@ -127,7 +127,7 @@ func (n *Node) serveRPC(conn net.Conn) {
 	n.rpcConns.Add(conn)
 	defer n.rpcConns.Remove(conn)
 	defer conn.Close()
-	peer := peerNodeID(conn) // "" on a plain-text port
+	peer := n.peerNodeID(conn) // "" on a plain-text port
 	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
 	for {
 		req, err := readFrame(r)

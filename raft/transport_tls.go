@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"time"
-
-	"github.com/keel-kv/keel/internal/tlsutil"
 )
 
 // Mutual TLS on the raft port. Both sides of every connection show a node
@@ -16,8 +14,18 @@ import (
 // configuration lists at that address; the accepting side passes the peer's node ID
 // to serveRPC, which lets a peer add only itself unless it is a member already.
 
+// PeerTLS is what the raft port needs of the node's certificates (the agent gives
+// internal/tlsutil's Reloader, which re-reads them on SIGHUP): the server and client
+// sides of mutual TLS, and the node ID a verified peer certificate names.
+type PeerTLS interface {
+	PeerServerConfig() *tls.Config
+	// PeerClientConfig accepts only node wantID's certificate when wantID is set.
+	PeerClientConfig(wantID string) *tls.Config
+	PeerNodeID(cs tls.ConnectionState) (string, error)
+}
+
 // serverHandshake runs the server side of the handshake under conn's read deadline.
-func serverHandshake(conn net.Conn, r *tlsutil.Reloader) (net.Conn, error) {
+func serverHandshake(conn net.Conn, r PeerTLS) (net.Conn, error) {
 	tc := tls.Server(conn, r.PeerServerConfig())
 	conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if err := tc.Handshake(); err != nil {
@@ -29,7 +37,7 @@ func serverHandshake(conn net.Conn, r *tlsutil.Reloader) (net.Conn, error) {
 }
 
 // clientHandshake runs the client side of the handshake, expecting node wantID when set.
-func clientHandshake(conn net.Conn, r *tlsutil.Reloader, wantID string, timeout time.Duration) (net.Conn, error) {
+func clientHandshake(conn net.Conn, r PeerTLS, wantID string, timeout time.Duration) (net.Conn, error) {
 	tc := tls.Client(conn, r.PeerClientConfig(wantID))
 	conn.SetDeadline(time.Now().Add(timeout))
 	if err := tc.Handshake(); err != nil {
@@ -42,12 +50,12 @@ func clientHandshake(conn net.Conn, r *tlsutil.Reloader, wantID string, timeout 
 
 // peerNodeID is the node ID in the verified certificate of conn's peer; "" when the
 // port is plain text.
-func peerNodeID(conn net.Conn) string {
+func (n *Node) peerNodeID(conn net.Conn) string {
 	tc, ok := conn.(*tls.Conn)
-	if !ok {
+	if !ok || n.cfg.TLS == nil {
 		return ""
 	}
-	id, err := tlsutil.PeerNodeID(tc.ConnectionState())
+	id, err := n.cfg.TLS.PeerNodeID(tc.ConnectionState())
 	if err != nil {
 		return "" // cannot happen: the handshake refused such a peer
 	}

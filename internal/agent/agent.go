@@ -123,7 +123,9 @@ func (a *Agent) start(ctx context.Context) error {
 	rcfg := cfg.Raft
 	rcfg.Logger = a.log.Named("raft")
 	rcfg.FormatsFromGossip = cfg.Gossip != nil
-	rcfg.TLS = a.tls
+	if a.tls != nil { // a nil *Reloader in the interface would not be nil
+		rcfg.TLS = a.tls
+	}
 	if len(rcfg.Join) > 0 {
 		rcfg.Join = resolveJoin(ctx, rcfg.Join, a.clientTLS(), a.log)
 	}

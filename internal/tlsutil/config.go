@@ -216,3 +216,7 @@ func nodeOf(cs tls.ConnectionState) (string, error) {
 
 // PeerNodeID returns the node ID of the verified peer of a finished handshake.
 func PeerNodeID(cs tls.ConnectionState) (string, error) { return nodeOf(cs) }
+
+// PeerNodeID is the package's PeerNodeID, as a method so that the Reloader is all the
+// raft port needs (raft.PeerTLS).
+func (r *Reloader) PeerNodeID(cs tls.ConnectionState) (string, error) { return nodeOf(cs) }
