@@ -2,7 +2,6 @@ package raft
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -136,14 +135,17 @@ func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, er
 		if m.idOf != nil {
 			want = m.idOf(addr)
 		}
+		raddr := conn.RemoteAddr()
 		if conn, err = clientHandshake(conn, m.tls, want, timeout); err != nil {
-			return nil, fmt.Errorf("raft: dial %s: %w", addr, err)
+			// Part of dialing: nothing was sent, so a request may go again (to this
+			// node once it is back, or to the next leader), as after a refused dial.
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: raddr, Err: err}
 		}
 	}
 	conn.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write([]byte{proto}); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: conn.RemoteAddr(), Err: err}
 	}
 	conn.SetWriteDeadline(time.Time{})
 	return conn, nil

@@ -140,3 +140,33 @@ func TestTLSDialChecksNodeID(t *testing.T) {
 		}
 	}
 }
+
+// A TLS handshake that fails (the peer closed the connection: a node going down, a
+// partition) is a failed dial: retriable, as a refused connection is, never a final
+// error (one surfaced as a 500 on a read forwarded during a chaos run).
+func TestTLSHandshakeFailureIsRetriable(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	m := &mux{tls: tlstest.Reloader(t, ca.Node(t, "n1"))}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close() // mid-handshake
+		}
+	}()
+	_, err = m.dial(ln.Addr().String(), protoRPC, 2*time.Second)
+	if err == nil {
+		t.Fatal("dial through a closed handshake succeeded")
+	}
+	if !retriable(err) {
+		t.Fatalf("handshake failure %v is not retriable", err)
+	}
+	t.Logf("handshake failure: %v", err)
+}
