@@ -165,10 +165,23 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	problems, tl, out.Nodes = afterFaults(ctx, c, h, w, opt.Logf, hasLinkFaults(sc.Faults))
 	out.Problems = append(out.Problems, problems...)
 	out.Problems = append(out.Problems, runner.FailFastProblems()...)
+	watches := watchers.Stop(tl.Last(), 30*time.Second)
+	if seen := lastWatched(watches); tl != nil && seen > tl.Last() {
+		// A write can commit after the history was read: a request a partition held
+		// (its TCP segments retransmitted once the link healed) reaches its node late,
+		// long after the client gave up on it (an unknown outcome). The watchers saw it,
+		// so read the history again, up to the revision now current.
+		if _, later, err := timelineOf(ctx, c); err != nil {
+			out.Problems = append(out.Problems, "read back the MVCC history again: "+err.Error())
+		} else {
+			opt.Logf("watchers saw revision %d after the history was read up to %d: read again up to %d", seen, tl.Last(), later.Last())
+			tl = later
+		}
+	}
 	out.Report, out.Counts, checked = CheckRun(RunData{
 		Records: h.Records(), Keys: append(append([]string(nil), w.Keys...), finalKey), Prefix: w.Prefix,
 		Timeline: tl, Nodes: out.Nodes, Specs: sc.Faults, Schedule: out.Schedule, Events: out.Events,
-		Watches: watchers.Stop(tl.Last(), 30*time.Second), Leases: leases.Stop(),
+		Watches: watches, Leases: leases.Stop(),
 	}, opt.Floors, opt.CheckTimeout)
 	out.Problems = append(out.Problems, checked...)
 	out.Elapsed = time.Since(start)

@@ -251,6 +251,20 @@ func (ws *Watchers) Stop(to int64, wait time.Duration) []WatchLog {
 	return out
 }
 
+// lastWatched is the newest revision any watcher received events through.
+func lastWatched(logs []WatchLog) int64 {
+	var last int64
+	for _, l := range logs {
+		for _, seg := range l.Segments {
+			last = max(last, seg.Through)
+			for _, ev := range seg.Events {
+				last = max(last, ev.Rev)
+			}
+		}
+	}
+	return last
+}
+
 func (ws *Watchers) caughtUp(to int64) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
