@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -205,7 +206,7 @@ func (k *keyWalk) client(ctx context.Context, cl, objects int) {
 				r.Outcome = OutcomeOK
 				r.Rev = 0
 			default:
-				r.Outcome, r.Err = writeOutcome(code), string(body)
+				r.Outcome, r.Err = writeOutcome(code, body), string(body)
 			}
 		case n%3 == 1:
 			r.Kind = OpGet
@@ -230,7 +231,7 @@ func (k *keyWalk) client(ctx context.Context, cl, objects int) {
 				r.Outcome = OutcomeOK
 				_, r.Rev = objValue(body)
 			default:
-				r.Outcome, r.Err = writeOutcome(code), string(body)
+				r.Outcome, r.Err = writeOutcome(code, body), string(body)
 			}
 		}
 		if ctx.Err() != nil && r.Outcome != OutcomeOK {
@@ -243,14 +244,22 @@ func (k *keyWalk) client(ctx context.Context, cl, objects int) {
 	}
 }
 
-// writeOutcome is what a write's status code says: a refusal (4xx but 409/503
-// handled below) did nothing; anything else may have landed.
-func writeOutcome(code int) Outcome {
+// writeOutcome is what a write's answer says, by the rules the main workload's
+// classify follows: a refusal (400, 409) did nothing; so did a request that never left
+// (connection refused: its node was down) and one the server answered 503 Unavailable
+// or NoLeader (keel's promise that nothing was proposed — which the history check then
+// holds it to); anything else may have landed.
+func writeOutcome(code int, body []byte) Outcome {
 	switch {
 	case code == http.StatusConflict, code == http.StatusBadRequest:
-		return OutcomeFailed // a conflict or refusal: nothing written
+		return OutcomeFailed
+	case code == 0 && bytes.Contains(body, []byte("connection refused")):
+		return OutcomeFailed
 	case code == http.StatusServiceUnavailable:
-		return OutcomeUnknown // may have been proposed before the leader went
+		var e api.Error
+		if json.Unmarshal(body, &e) == nil && (e.Reason == api.ReasonUnavailable || e.Reason == api.ReasonNoLeader) {
+			return OutcomeFailed
+		}
 	}
 	return OutcomeUnknown
 }
