@@ -99,7 +99,9 @@ func (m *Membership) checkPeer(name string, raw []byte) (Meta, error) {
 
 // observe records what memberlist reported about n and queues the event. kind is
 // EventLeave for any departure; it becomes EventFailed unless the node's last
-// metadata said it was leaving.
+// metadata said it was leaving or memberlist saw the node announce its own departure
+// (StateLeft: the dead message came from the node itself — a peer that missed the
+// Leaving update on a busy machine still tells a leave from a failure).
 func (m *Membership) observe(n *memberlist.Node, kind EventType) {
 	meta, err := DecodeMeta(n.Meta)
 	if err != nil {
@@ -109,7 +111,7 @@ func (m *Membership) observe(n *memberlist.Node, kind EventType) {
 	status := StatusAlive
 	if kind == EventLeave {
 		status = StatusLeft
-		if !meta.Leaving {
+		if !meta.Leaving && n.State != memberlist.StateLeft {
 			status, kind = StatusDead, EventFailed
 		}
 	}

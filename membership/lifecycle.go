@@ -89,8 +89,9 @@ func (m *Membership) broadcast(ctx context.Context, timeout time.Duration, op fu
 // Config.BroadcastTimeout), less if ctx's deadline is sooner. Gossip keeps running
 // until Close so the leave can spread; call Close next. Later calls return nil.
 //
-// A peer that misses the Leaving update (a partition, a timeout) records the node as
-// failed instead; both mean "gone" to a reconciler.
+// A peer that misses the Leaving update still records a leave when memberlist's own
+// leave message reaches it (the node announced its departure itself); one that misses
+// both (a partition) records the node as failed; both mean "gone" to a reconciler.
 func (m *Membership) Leave(ctx context.Context, timeout time.Duration) error {
 	m.mu.Lock()
 	switch {
