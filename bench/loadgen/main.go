@@ -58,6 +58,7 @@ type runConfig struct {
 	MemKeys         int   `json:"mem_keys"`
 	Watchers        int   `json:"watchers,omitempty"`
 	IdleWatchers    int   `json:"idle_watchers,omitempty"`
+	WatchInflight   int   `json:"watch_inflight,omitempty"`
 }
 
 func (c runConfig) suite() suiteConfig {
@@ -66,6 +67,9 @@ func (c runConfig) suite() suiteConfig {
 	s.compactVersions, s.compactClients, s.memKeys = c.CompactVersions, c.CompactClients, c.MemKeys
 	if c.Watchers > 0 {
 		s.watchers, s.idleWatchers = c.Watchers, c.IdleWatchers
+	}
+	if c.WatchInflight > 0 {
+		s.watchInflight = c.WatchInflight
 	}
 	return s
 }
@@ -98,6 +102,7 @@ func compareCmd(args []string) error {
 	fs.IntVar(&cfg.watchers, "watchers", cfg.watchers, "watch fan-out: watchers of one prefix (1 writer)")
 	fs.IntVar(&cfg.idleWatchers, "idle-watchers", cfg.idleWatchers, "watch memory: idle watchers on the leader (RSS growth reported per 10k)")
 	fs.DurationVar(&cfg.watchDur, "watch-dur", cfg.watchDur, "watch fan-out: measured time")
+	fs.IntVar(&cfg.watchInflight, "watch-inflight", cfg.watchInflight, "watch fan-out: the one writer's puts outstanding on its one connection (1: back to back)")
 	fs.Parse(args)
 	if *work == "" || *out == "" {
 		return errors.New("compare: -work and -out are required")
@@ -110,7 +115,7 @@ func compareCmd(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rc := runConfig{cfg.clients, cfg.scanKeys, cfg.scanLimits, cfg.compactVersions, cfg.compactClients, cfg.memKeys, cfg.watchers, cfg.idleWatchers}
+	rc := runConfig{cfg.clients, cfg.scanKeys, cfg.scanLimits, cfg.compactVersions, cfg.compactClients, cfg.memKeys, cfg.watchers, cfg.idleWatchers, cfg.watchInflight}
 	for round := 1; round <= *rounds; round++ {
 		for _, sys := range strings.Split(*systems, ",") {
 			dir := func(sub string) string { return filepath.Join(*work, fmt.Sprintf("%s-r%d-%s", sys, round, sub)) }

@@ -75,7 +75,7 @@ func tableRows(cfg suiteConfig) []row {
 		row{name: fmt.Sprintf("write p99 before compaction, %d clients", cc), unit: "ms", value: stat("compact_before", p99), stat: "compact_before", lower: true},
 		row{name: fmt.Sprintf("write p99 during compaction of %s versions", human(cfg.compactVersions)), unit: "ms", value: stat("compact_during", p99), stat: "compact_during", lower: true},
 		row{name: "write p99 during/before compaction", unit: "×", value: metric("compact.p99_ratio"), lower: true, target: 1.2, onKeel: true},
-		row{name: fmt.Sprintf("watch fan-out, 1 writer, %s watchers: events delivered", human(cfg.watchers)), unit: "events/s", value: metric("watch.events_per_sec"), target: 2.0},
+		row{name: fmt.Sprintf("watch fan-out, 1 writer (%d in flight), %s watchers: events delivered", max(1, cfg.watchInflight), human(cfg.watchers)), unit: "events/s", value: metric("watch.events_per_sec"), target: 2.0},
 		row{name: fmt.Sprintf("watch fan-out, %s watchers: delivery p99", human(cfg.watchers)), unit: "ms", value: metric("watch.p99_ms"), lower: true, target: 1.0},
 		row{name: "watch memory: leader RSS growth per 10k idle watchers", unit: "MiB", value: metric("watch.idle_mb_per_10k"), lower: true, target: 1.0},
 		row{name: fmt.Sprintf("RSS per node, %s keys (max of 3)", human(cfg.memKeys)), unit: "MiB", value: metric("rss.max_mb"), lower: true, target: 1.0},

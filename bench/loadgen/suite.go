@@ -38,6 +38,7 @@ type suiteConfig struct {
 
 	watchers, idleWatchers int // the watch workload: fan-out watchers, idle watchers
 	watchDur               time.Duration
+	watchInflight          int // the fan-out writer's puts outstanding
 }
 
 func defaultSuiteConfig() suiteConfig {
@@ -49,7 +50,7 @@ func defaultSuiteConfig() suiteConfig {
 		compactKeys: 10_000, compactVersions: 1_000_000, compactClients: 16,
 		compactWindow: 10 * time.Second,
 		memKeys:       1_000_000, joinLimit: 5 * time.Minute,
-		watchers: 1000, idleWatchers: 10_000, watchDur: 8 * time.Second,
+		watchers: 1000, idleWatchers: 10_000, watchDur: 8 * time.Second, watchInflight: 1,
 	}
 }
 

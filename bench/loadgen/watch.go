@@ -131,8 +131,8 @@ type fanWatcher struct {
 }
 
 // watchFanOut: watchers watchers of one prefix spread over the members (watcher w on
-// member w%3), all from one revision; one writer puts to the leader back to back,
-// each value carrying its send time. Events delivered per second and the delivery
+// member w%3), all from one revision; one writer (one client connection) puts to the
+// leader with watchInflight puts outstanding, each value carrying its send time. Events delivered per second and the delivery
 // latency (send → receipt) are measured over the window after warm-up; then the
 // writer stops and every watcher must receive every acknowledged write.
 func (s *suite) watchFanOut(ctx context.Context, d Driver, lead int) (watchStats, error) {
@@ -178,8 +178,7 @@ func (s *suite) watchFanOut(ctx context.Context, d Driver, lead int) (watchStats
 			}
 		}()
 	}
-	val := make([]byte, s.cfg.valBytes)
-	put := func(key string) error {
+	put := func(key string, val []byte) error {
 		binary.BigEndian.PutUint64(val, uint64(time.Now().UnixNano()))
 		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer pcancel()
@@ -194,30 +193,49 @@ func (s *suite) watchFanOut(ctx context.Context, d Driver, lead int) (watchStats
 			defer errMu.Unlock()
 			return st, fmt.Errorf("watchers not established after 2m (%d errors, first: %s)", st.watchErrs, st.firstWatchError)
 		}
-		if err := put("f/ready"); err != nil {
+		if err := put("f/ready", make([]byte, s.cfg.valBytes)); err != nil {
 			return st, fmt.Errorf("ready write: %w", err)
 		}
 		acked++
 		time.Sleep(200 * time.Millisecond)
 	}
-	// One writer, back to back: warm-up, then the measured window.
+	// One writer — one client, one connection — with inflight puts outstanding (1:
+	// back to back): warm-up, then the measured window.
 	start := time.Now()
 	mStart.Store(start.Add(s.cfg.warm).UnixNano())
 	mEnd.Store(start.Add(s.cfg.warm + s.cfg.watchDur).UnixNano())
-	var n int
-	for time.Since(start) < s.cfg.warm+s.cfg.watchDur && ctx.Err() == nil {
-		t := time.Now().UnixNano()
-		if err := put(fmt.Sprintf("f/%07d", n)); err != nil {
-			return st, fmt.Errorf("write: %w", err)
-		}
-		n++
-		acked++
-		if t >= mStart.Load() && t <= mEnd.Load() {
-			st.writes++
-		}
+	var n, ackedW, writes atomic.Int64
+	var werr error
+	var wwg sync.WaitGroup
+	for range max(1, s.cfg.watchInflight) {
+		wwg.Add(1)
+		go func() {
+			defer wwg.Done()
+			val := make([]byte, s.cfg.valBytes)
+			for time.Since(start) < s.cfg.warm+s.cfg.watchDur && ctx.Err() == nil {
+				t := time.Now().UnixNano()
+				if err := put(fmt.Sprintf("f/%07d", n.Add(1)-1), val); err != nil {
+					errMu.Lock()
+					if werr == nil {
+						werr = fmt.Errorf("write: %w", err)
+					}
+					errMu.Unlock()
+					return
+				}
+				ackedW.Add(1)
+				if t >= mStart.Load() && t <= mEnd.Load() {
+					writes.Add(1)
+				}
+			}
+		}()
 	}
+	wwg.Wait()
+	if werr != nil {
+		return st, werr
+	}
+	st.writes = writes.Load()
 	// Drain: every watcher gets every acknowledged write.
-	want := acked
+	want := acked + ackedW.Load()
 	for drain := time.Now().Add(30 * time.Second); !all(ws, want) && time.Now().Before(drain); {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -313,8 +331,8 @@ func (s *suite) watch(ctx context.Context, cl Cluster, lead int) {
 	s.res.Metrics["watch.p50_ms"] = st.p50Ms
 	s.res.Metrics["watch.p99_ms"] = st.p99Ms
 	s.res.Metrics["watch.missing"] = float64(st.missing)
-	s.note("watch fan-out: %d watchers, %d writes in %v, %d events delivered (%.0f/s), delivery p50 %.2fms p99 %.2fms, %d missing, %d watch errors %s",
-		st.watchers, st.writes, s.cfg.watchDur, st.delivered, st.perSec, st.p50Ms, st.p99Ms, st.missing, st.watchErrs, st.firstWatchError)
+	s.note("watch fan-out: %d watchers, 1 writer with %d puts in flight, %d writes in %v, %d events delivered (%.0f/s), delivery p50 %.2fms p99 %.2fms, %d missing, %d watch errors %s",
+		st.watchers, max(1, s.cfg.watchInflight), st.writes, s.cfg.watchDur, st.delivered, st.perSec, st.p50Ms, st.p99Ms, st.missing, st.watchErrs, st.firstWatchError)
 	if st.missing > 0 {
 		s.fail("watch fan-out", fmt.Errorf("%d events of acknowledged writes never delivered", st.missing))
 	}
