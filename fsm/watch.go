@@ -169,8 +169,19 @@ func (h *hub) dispatch() {
 			ws = append(ws, w)
 		}
 		h.mu.Unlock()
+		// Deliver to every watcher first, then signal those that got something: a
+		// consumer that serves many watchers (a stream connection's pump) wakes to
+		// find all of them ready at once, and sends a revision shared by many in one
+		// frame.
+		n := 0
 		for _, w := range ws {
-			w.deliver(items)
+			if w.deliver(items) {
+				ws[n] = w
+				n++
+			}
+		}
+		for _, w := range ws[:n] {
+			w.signal()
 		}
 		clear(ws)
 	}

@@ -257,20 +257,18 @@ func (w *Watcher) match(g *RevisionEvents) *RevisionEvents {
 	return sub
 }
 
-// deliver queues the parts of items in w's range (dispatcher goroutine). It never
-// blocks: a queue that would pass its bound ends the watch instead.
-func (w *Watcher) deliver(items []hubItem) {
+// deliver queues the parts of items in w's range (dispatcher goroutine) and reports
+// whether w must be signaled (something queued, or the watch ended); the dispatcher
+// signals once it has delivered to every watcher. It never blocks: a queue that
+// would pass its bound ends the watch instead.
+func (w *Watcher) deliver(items []hubItem) (signal bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.mu.err != nil {
-		return
+		return false
 	}
 	queued := len(w.mu.queue)
-	defer func() {
-		if len(w.mu.queue) > queued || w.mu.err != nil {
-			w.signal()
-		}
-	}()
+	defer func() { signal = len(w.mu.queue) > queued || w.mu.err != nil }()
 	for _, it := range items {
 		if it.restore != 0 {
 			if w.epoch < it.restore {
@@ -297,4 +295,5 @@ func (w *Watcher) deliver(items []hubItem) {
 		}
 		w.mu.upTo = max(w.mu.upTo, it.rev)
 	}
+	return
 }

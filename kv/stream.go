@@ -63,6 +63,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		conn.Close()
 		return nil
 	}
+	c.watches.shared = headerHasToken(r.Header, api.HeaderStreamFeatures, api.StreamFeatureSharedEvents)
 	go c.serve()
 	return nil
 }

@@ -18,13 +18,20 @@ import (
 // tests can send frames no client would.
 func rawStream(t testing.TB, ts *testServer) (net.Conn, *bufio.Reader) {
 	t.Helper()
+	return rawStreamWith(t, ts, "")
+}
+
+// rawStreamWith opens a stream whose upgrade request carries the extra header lines
+// (each ending in \r\n).
+func rawStreamWith(t testing.TB, ts *testServer, header string) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: keel-stream/1\r\n\r\n")
+	io.WriteString(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: keel-stream/1\r\n"+header+"\r\n")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != api.StreamProtocol {

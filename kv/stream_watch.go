@@ -1,9 +1,11 @@
 package kv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -34,16 +36,33 @@ type streamWatches struct {
 	starts []pendingStart // waiting for the starter (under mu)
 	kick   chan struct{}  // cap 1: starts is not empty
 
-	// readyMu guards ready; Notify takes it under the fsm watcher's lock, so it is
+	// readyMu guards ready; Notify takes it (from the dispatcher or Close), so it is
 	// never held while calling into a watcher.
 	readyMu sync.Mutex
 	ready   []*streamWatch
 	wake    chan struct{} // cap 1: ready is not empty
 
+	// shared: the client reads shared events frames (api.StreamFeatureSharedEvents);
+	// set before the connection serves.
+	shared bool
+
 	// Owned by the pump.
 	enc map[encKey][]byte // encoded events of recent revisions
 	out []byte            // frames of one pump round
+	// pend holds a round's events frames until the round ends, by revision group,
+	// when shared: the watches that get a group in one round get it in one frame.
+	pend    []pendingEvents
+	pendIdx map[encKey]int // index in pend
 }
+
+// pendingEvents is a revision group to send to the watches ids.
+type pendingEvents struct {
+	k   encKey
+	ids []uint64
+}
+
+// maxPendingGroups bounds the revision groups a pump round holds back.
+const maxPendingGroups = 4096
 
 // streamWatch is one watch of a connection.
 type streamWatch struct {
@@ -273,23 +292,38 @@ func (c *streamConn) pump() {
 			c.closeWatches()
 			return
 		}
-		ws.readyMu.Lock()
-		batch, ws.ready = ws.ready, batch[:0]
-		for _, w := range batch {
-			w.queued = false
-		}
-		ws.readyMu.Unlock()
-		for _, w := range batch {
-			if c.serveWatch(done, w) != nil {
-				return
+		// A revision reaches the watches of a connection one notification at a
+		// time: the round takes the watches that became ready while it served the
+		// first ones too (a few times), so that one shared frame serves them all.
+		for pass := 0; pass < maxRoundPasses; pass++ {
+			ws.readyMu.Lock()
+			batch, ws.ready = ws.ready, batch[:0]
+			for _, w := range batch {
+				w.queued = false
 			}
+			ws.readyMu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for _, w := range batch {
+				if c.serveWatch(done, w) != nil {
+					return
+				}
+			}
+			clear(batch)
+			if !ws.shared {
+				break
+			}
+			runtime.Gosched()
 		}
 		if c.flushOut() != nil {
 			return
 		}
-		clear(batch)
 	}
 }
+
+// maxRoundPasses bounds the passes over newly ready watches in one pump round.
+const maxRoundPasses = 4
 
 // serveWatch writes what w's watcher has ready (pump). An error means the connection
 // cannot be written to.
@@ -321,7 +355,7 @@ func (c *streamConn) serveWatch(done context.Context, w *streamWatch) error {
 						continue
 					}
 				}
-				c.queueOut(api.AppendStreamWatchFrame(c.watches.out, w.id, g.Revision, c.encodeEvents(g, w.prevKV)))
+				c.queueEvents(w.id, g, w.prevKV)
 				w.last = g.Revision
 			}
 			if err := c.flushOutIfLarge(); err != nil {
@@ -360,9 +394,64 @@ func (c *streamConn) progressDue(now time.Time) error {
 	return c.flushOut()
 }
 
+// queueEvents queues g's events frame for watch id (pump): at once, or, on a
+// connection that takes shared frames, held until the round ends so that every watch
+// of the round that gets g gets it in one frame.
+func (c *streamConn) queueEvents(id uint64, g *fsm.RevisionEvents, prevKV bool) {
+	ws := &c.watches
+	k := encKey{g, prevKV}
+	if !ws.shared {
+		c.queueOut(api.AppendStreamWatchFrame(ws.out, id, g.Revision, c.encodeEvents(g, prevKV)))
+		return
+	}
+	if i, ok := ws.pendIdx[k]; ok {
+		ws.pend[i].ids = append(ws.pend[i].ids, id)
+		return
+	}
+	if len(ws.pend) >= maxPendingGroups {
+		c.flushEvents()
+	}
+	if ws.pendIdx == nil {
+		ws.pendIdx = map[encKey]int{}
+	}
+	ws.pendIdx[k] = len(ws.pend)
+	if len(ws.pend) < cap(ws.pend) { // reuse a slot's ids
+		ws.pend = ws.pend[:len(ws.pend)+1]
+		p := &ws.pend[len(ws.pend)-1]
+		p.k, p.ids = k, append(p.ids[:0], id)
+		return
+	}
+	ws.pend = append(ws.pend, pendingEvents{k: k, ids: []uint64{id}})
+}
+
+// flushEvents writes the held events frames into the round's frames, in revision
+// order: each watch's groups have increasing revisions, so each watch still gets its
+// frames in order (pump). Every other frame of a watch goes out through flushEvents
+// first (endWatch, flushOut), after the events queued before it.
+func (c *streamConn) flushEvents() {
+	ws := &c.watches
+	if len(ws.pend) == 0 {
+		return
+	}
+	slices.SortStableFunc(ws.pend, func(a, b pendingEvents) int { return cmp.Compare(a.k.g.Revision, b.k.g.Revision) })
+	for i := range ws.pend {
+		p := &ws.pend[i]
+		payload := c.encodeEvents(p.k.g, p.k.prevKV)
+		if len(p.ids) == 1 {
+			ws.out = api.AppendStreamWatchFrame(ws.out, p.ids[0], p.k.g.Revision, payload)
+		} else {
+			ws.out = api.AppendStreamSharedWatchFrame(ws.out, p.ids, p.k.g.Revision, payload)
+		}
+		p.k = encKey{}
+	}
+	ws.pend = ws.pend[:0]
+	clear(ws.pendIdx)
+}
+
 // endWatch writes w's last frame and forgets it (pump).
 func (c *streamConn) endWatch(w *streamWatch, last *api.StreamResponse) {
 	ws := &c.watches
+	c.flushEvents()
 	ws.mu.Lock()
 	delete(ws.byID, w.id)
 	w.live = false // Close below notifies once more
@@ -398,6 +487,7 @@ func (c *streamConn) flushOutIfLarge() error {
 // flushOut hands the round's frames to the connection's writer in one write.
 func (c *streamConn) flushOut() error {
 	ws := &c.watches
+	c.flushEvents()
 	if len(ws.out) == 0 {
 		return nil
 	}

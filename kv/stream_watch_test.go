@@ -3,6 +3,7 @@ package kv
 import (
 	"net/http"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -221,6 +222,81 @@ func BenchmarkStreamWatchIdle10k(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		used := func(m *runtime.MemStats) float64 { return float64(m.HeapAlloc + m.StackInuse) }
 		b.ReportMetric((used(&after)-used(&before))/n, "B/watch")
+		conn.Close()
+	}
+}
+
+// TestStreamWatchSharedFrames: on a connection whose upgrade offered shared events
+// frames, a revision that reaches several watches is one frame naming them all, and a
+// watch replaying from the past still gets its revisions in order, none twice; on a
+// connection that did not offer them (an older client), every watch gets its own
+// frames.
+func TestStreamWatchSharedFrames(t *testing.T) {
+	ts := newTestServer(t)
+	r0 := ts.put("s/a", "0")
+	for _, shared := range []bool{true, false} {
+		header := ""
+		if shared {
+			header = api.HeaderStreamFeatures + ": " + api.StreamFeatureSharedEvents + "\r\n"
+		}
+		conn, br := rawStreamWith(t, ts, header)
+		// Watches 1-3 from now; watch 4 from r0, so it replays r0 first.
+		for id := uint64(1); id <= 4; id++ {
+			req := api.StreamRequest{ID: id, Op: api.StreamWatch, Key: []byte("s/"), Prefix: true}
+			if id == 4 {
+				req.Revision = r0
+			}
+			sendReq(t, conn, req)
+		}
+		for created := 0; created < 4; {
+			if r := readResponse(t, br); r.Err != nil || r.Watch != api.StreamWatchCreated {
+				t.Fatalf("shared=%v: want created, got %+v (err %+v)", shared, r, r.Err)
+			}
+			created++
+		}
+		var revs []int64
+		for i := range 3 {
+			revs = append(revs, ts.put("s/a", string(rune('1'+i))))
+		}
+		// Watch 4 gets every revision of the prefix from r0 (only this test writes).
+		want := map[uint64][]int64{1: revs, 2: revs, 3: revs}
+		for rev := r0; rev <= revs[len(revs)-1]; rev++ {
+			want[4] = append(want[4], rev)
+		}
+		got := map[uint64][]int64{}
+		frames, sharedFrames := 0, 0
+		done := func() bool {
+			for id, w := range want {
+				if len(got[id]) < len(w) {
+					return false
+				}
+			}
+			return true
+		}
+		for !done() {
+			r := readResponse(t, br)
+			if r.Err != nil || r.Watch != api.StreamWatchEvents {
+				t.Fatalf("shared=%v: want events, got %+v (err %+v)", shared, r, r.Err)
+			}
+			frames++
+			if len(r.Shared) > 0 {
+				sharedFrames++
+			}
+			for _, id := range append([]uint64{r.ID}, r.Shared...) {
+				got[id] = append(got[id], r.Revision)
+			}
+		}
+		for id, w := range want {
+			if !slices.Equal(got[id], w) {
+				t.Errorf("shared=%v: watch %d got revisions %v, want %v", shared, id, got[id], w)
+			}
+		}
+		if !shared && sharedFrames > 0 {
+			t.Errorf("a connection that did not offer shared frames got %d", sharedFrames)
+		}
+		if shared && frames >= 4*len(revs) {
+			t.Errorf("shared frames offered: %d frames for %d revisions to 4 watches, none shared", frames, len(revs))
+		}
 		conn.Close()
 	}
 }

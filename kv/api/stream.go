@@ -112,10 +112,13 @@ type StreamResponse struct {
 	Deleted  int64 // delete
 	// Watch answers (op StreamWatch, Err nil): Watch says which; Revision is the
 	// created, events, progress or last revision (stream_watch.go).
-	Watch           StreamWatchStatus
-	Events          []StreamEvent // StreamWatchEvents
-	CompactRevision int64         // StreamWatchEnd
-	Reason, Message string        // StreamWatchEnd
+	Watch  StreamWatchStatus
+	Events []StreamEvent // StreamWatchEvents
+	// Shared: the other watches this events frame is for (a shared frame, status 5
+	// on the wire); their events are these, read-only.
+	Shared          []uint64
+	CompactRevision int64  // StreamWatchEnd
+	Reason, Message string // StreamWatchEnd
 }
 
 // AppendStreamRequest appends r as one frame (length prefix included).

@@ -89,6 +89,7 @@ func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg 
 	req, _ := http.NewRequest(http.MethodGet, base+api.PathStream, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", api.StreamProtocol)
+	req.Header.Set(api.HeaderStreamFeatures, api.StreamFeatureSharedEvents)
 	if token != "" {
 		req.Header.Set(api.HeaderAuthorization, "Bearer "+token)
 	}
@@ -193,7 +194,12 @@ func (c *streamConn) readLoop(br *bufio.Reader) {
 			return
 		}
 		if r.resp.Op == api.StreamWatch {
-			c.deliverWatch(r.resp)
+			resp := new(api.StreamResponse) // shared by the watches of a shared frame
+			*resp = r.resp
+			c.deliverWatch(resp.ID, resp)
+			for _, id := range resp.Shared { // one decoding for all
+				c.deliverWatch(id, resp)
+			}
 			continue
 		}
 		c.mu.Lock()

@@ -26,12 +26,12 @@ var errWatchBacklog = errors.New("client: watch consumer too slow, resuming")
 // watchSub is one watch's frames, queued by the read loop.
 type watchSub struct {
 	mu    sync.Mutex
-	queue []api.StreamResponse
+	queue []*api.StreamResponse // shared with the other watches of a shared frame: read-only
 	err   error
 	wake  chan struct{} // cap 1
 }
 
-func (s *watchSub) push(r api.StreamResponse) {
+func (s *watchSub) push(r *api.StreamResponse) {
 	s.mu.Lock()
 	if s.err == nil {
 		if len(s.queue) >= maxWatchFrames {
@@ -61,7 +61,7 @@ func (s *watchSub) signal() {
 }
 
 // take returns the queued frames, then the sub's error once they are all taken.
-func (s *watchSub) take() ([]api.StreamResponse, error) {
+func (s *watchSub) take() ([]*api.StreamResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q := s.queue; len(q) > 0 {
@@ -117,13 +117,14 @@ func (c *streamConn) send(req *api.StreamRequest) {
 	}
 }
 
-// deliverWatch hands a watch answer to its subscription (read loop); an end or an
-// error is the watch's last frame.
-func (c *streamConn) deliverWatch(r api.StreamResponse) {
+// deliverWatch hands a watch answer to watch id's subscription (read loop); an end
+// or an error is the watch's last frame. The frame of a shared events answer goes to
+// every watch it names.
+func (c *streamConn) deliverWatch(id uint64, r *api.StreamResponse) {
 	c.mu.Lock()
-	sub := c.watches[r.ID]
+	sub := c.watches[id]
 	if sub != nil && (r.Err != nil || r.Watch == api.StreamWatchEnd) {
-		delete(c.watches, r.ID)
+		delete(c.watches, id)
 	}
 	c.mu.Unlock()
 	if sub != nil {
@@ -157,6 +158,11 @@ func (c *Client) watchOnceStream(ctx context.Context, sc *streamConn, prefix str
 	defer silence.Stop()
 	created := false
 	send := func(ev WatchEvent) error {
+		select { // the common case, without the cost of a two-way select
+		case ch <- ev:
+			return nil
+		default:
+		}
 		select {
 		case ch <- ev:
 			return nil
@@ -181,8 +187,7 @@ func (c *Client) watchOnceStream(ctx context.Context, sc *streamConn, prefix str
 			}
 		}
 		silence.Reset(quiet)
-		for i := range frames {
-			f := &frames[i]
+		for _, f := range frames {
 			if f.Err != nil {
 				if !created {
 					return progressed, &watchRefusedError{f.Err}

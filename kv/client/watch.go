@@ -43,7 +43,9 @@ type WatchOptions struct {
 
 // WatchEvent is one change (Type api.EventPut or api.EventDelete), a progress
 // notification (api.EventProgress: every event up to Revision has been delivered), or,
-// last before the channel closes, the reason the watch ended (Err set).
+// last before the channel closes, the reason the watch ended (Err set). KV.Value and
+// PrevKV are read-only: over the stream protocol, watches of one connection that get
+// the same revision share its decoded events.
 type WatchEvent struct {
 	Type     string
 	KV       api.KV
