@@ -74,6 +74,23 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64, what string) ([
 	return b, nil
 }
 
+// decodeJSONBody serves the routes whose request is a JSON body and no query
+// parameter: it refuses any parameter, reads the body (at most max bytes) and decodes
+// it into v; op prefixes a decoding error ("acl token: ...").
+func decodeJSONBody(w http.ResponseWriter, r *http.Request, max int64, what, op string, v any) error {
+	if _, err := parseParams(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, max, what)
+	if err != nil {
+		return err
+	}
+	if err := decodeJSON(body, v); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
 // drainBody discards the rest of an oversized body so that the client, done writing,
 // reads the answer; a body longer than drainFactor·max, or one the client has not sent
 // yet (Expect: 100-continue), is not read and the connection closes after the answer.

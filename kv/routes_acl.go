@@ -107,16 +107,9 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseParams(r); err != nil {
-		return err
-	}
-	body, err := readBody(w, r, 64<<10, "token request")
-	if err != nil {
-		return err
-	}
 	var req api.ACLTokenRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return fmt.Errorf("acl token: %w", err)
+	if err := decodeJSONBody(w, r, 64<<10, "token request", "acl token", &req); err != nil {
+		return err
 	}
 	if len(req.Policies) == 0 {
 		return fmt.Errorf("acl token: %w: policies: want at least one policy name", ErrInvalidBody)
@@ -271,16 +264,9 @@ func (s *Server) handleACLPolicyGet(w http.ResponseWriter, r *http.Request) erro
 // handleACLPolicyPut creates or replaces a policy; a Revision in the body makes it a
 // compare-and-swap on the stored one.
 func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseParams(r); err != nil {
-		return err
-	}
-	body, err := readBody(w, r, 256<<10, "policy")
-	if err != nil {
-		return err
-	}
 	var p api.ACLPolicy
-	if err := decodeJSON(body, &p); err != nil {
-		return fmt.Errorf("acl policy: %w", err)
+	if err := decodeJSONBody(w, r, 256<<10, "policy", "acl policy", &p); err != nil {
+		return err
 	}
 	name := r.PathValue("name")
 	if p.Name == "" {

@@ -36,16 +36,9 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 // new compact revision fail with 410 as soon as it applies; the space is reclaimed
 // later in bounded chunks.
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseParams(r); err != nil {
-		return err
-	}
-	body, err := readBody(w, r, s.cfg.MaxTxnBodyBytes, "compact body")
-	if err != nil {
-		return err
-	}
 	var req api.CompactRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return fmt.Errorf("compact: %w", err)
+	if err := decodeJSONBody(w, r, s.cfg.MaxTxnBodyBytes, "compact body", "compact", &req); err != nil {
+		return err
 	}
 	if req.Revision < 1 {
 		return fmt.Errorf("compact: %w: revision %d must be >= 1", ErrInvalidBody, req.Revision)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/raft"
 )
 
 // BenchmarkMigrate100k migrates 100,000 v1 objects into v2 on a real one-node Raft
@@ -82,6 +83,16 @@ func (f *fixture) seed(n int) {
 // clientLatencies runs clients writers, one write at a time each, for as long as
 // during runs, and returns every write's latency.
 func (f *fixture) clientLatencies(clients int, during func(ctx context.Context)) []time.Duration {
+	return applyLatencies(f.n, clients, during, func(c, i int) *fsm.Command {
+		return &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{{
+			Type: fsm.OpPut, Key: []byte(fmt.Sprintf("clients/%d/%d", c, i%1000)), Value: []byte("some client value")}}}}
+	})
+}
+
+// applyLatencies runs clients writers on n, one command at a time each (command
+// c's i-th is cmd(c, i)), for as long as during runs, and returns every command's
+// latency; a writer stops at its first failure.
+func applyLatencies(n *raft.Node, clients int, during func(ctx context.Context), cmd func(c, i int) *fsm.Command) []time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	lat := make([][]time.Duration, clients)
@@ -90,10 +101,9 @@ func (f *fixture) clientLatencies(clients int, during func(ctx context.Context))
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
+				command := cmd(c, i)
 				start := time.Now()
-				_, err := f.n.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{{
-					Type: fsm.OpPut, Key: []byte(fmt.Sprintf("clients/%d/%d", c, i%1000)), Value: []byte("some client value")}}}})
-				if err != nil {
+				if _, err := n.Apply(ctx, command); err != nil {
 					return
 				}
 				lat[c] = append(lat[c], time.Since(start))

@@ -3,8 +3,6 @@ package migrate
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -72,32 +70,14 @@ func (f *keyFixture) mirroredLatencies(clients int, during func(ctx context.Cont
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	lat := make([][]time.Duration, clients)
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				name := fmt.Sprintf("client-%d-%d", c, i%1000)
-				v := []byte(fmt.Sprintf(`{"apiVersion":"apps/v1","spec":{"size":%d}}`, i))
-				nv, _ := f.k.ToNew(v)
-				start := time.Now()
-				_, err := f.n.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{
-					Compares: []fsm.Compare{{Key: []byte(versions.KeyPhaseKey(f.k.Name)), Target: fsm.TargetModRevision,
-						Result: fsm.CompareEqual, Int: rec.Revision}},
-					Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(f.k.From + name), Value: v},
-						{Type: fsm.OpPut, Key: []byte(f.k.To + name), Value: nv}}}})
-				if err != nil {
-					return
-				}
-				lat[c] = append(lat[c], time.Since(start))
-			}
-		}()
-	}
-	during(ctx)
-	cancel()
-	wg.Wait()
-	return slices.Concat(lat...)
+	return applyLatencies(f.n, clients, during, func(c, i int) *fsm.Command {
+		name := fmt.Sprintf("client-%d-%d", c, i%1000)
+		v := []byte(fmt.Sprintf(`{"apiVersion":"apps/v1","spec":{"size":%d}}`, i))
+		nv, _ := f.k.ToNew(v)
+		return &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{
+			Compares: []fsm.Compare{{Key: []byte(versions.KeyPhaseKey(f.k.Name)), Target: fsm.TargetModRevision,
+				Result: fsm.CompareEqual, Int: rec.Revision}},
+			Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(f.k.From + name), Value: v},
+				{Type: fsm.OpPut, Key: []byte(f.k.To + name), Value: nv}}}}
+	})
 }
