@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,5 +96,20 @@ func TestACLCommands(t *testing.T) {
 	}
 	if strings.Contains(errorLine(err), app) {
 		t.Fatalf("the error line holds the token")
+	}
+}
+
+// TestAgentLimitFlagsRefuseBadValues: a bad connection, request or watch bound is
+// refused before the agent writes anything to its data dir.
+func TestAgentLimitFlagsRefuseBadValues(t *testing.T) {
+	for _, bad := range [][]string{{"-max-in-flight", "0"}, {"-max-conns", "-1"}, {"-max-stream-watches", "-2"}} {
+		dir := filepath.Join(t.TempDir(), "data")
+		_, err := runCLI(t, append([]string{"agent", "-dev", "-data-dir", dir, "-http-addr", "127.0.0.1:0"}, bad...)...)
+		if err == nil || !strings.Contains(err.Error(), "must be >= ") {
+			t.Errorf("agent %v = %v, want a refusal naming the bound", bad, err)
+		}
+		if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+			t.Errorf("agent %v wrote its data dir before refusing (stat: %v)", bad, serr)
+		}
 	}
 }

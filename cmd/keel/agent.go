@@ -44,6 +44,9 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 	return &g, nil
 }
 
+// limitFlags are the connection, request and watch bounds of kv.Config (kv/connlimits.go).
+type limitFlags struct{ conns, inFlight, streamInFlight, watches, streamWatches int }
+
 type agentFlags struct {
 	nodeID, dataDir, httpAddr, raftAddr, advertise, logLevel string
 	join, retryJoin                                          []string
@@ -51,6 +54,7 @@ type agentFlags struct {
 	gossipAddr, encrypt, clusterLabel                        string
 	bootstrapExpect                                          int
 	maxValueBytes                                            int64
+	limits                                                   limitFlags
 	shutdownTimeout                                          time.Duration
 	schema, testLogFaults                                    string
 	noMigrate, migrateDryRun                                 bool
@@ -100,6 +104,11 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.BoolVar(&f.dev, "dev", false, "dev mode: one bootstrapped node, data in a fresh temp dir unless -data-dir")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
+	fl.IntVar(&f.limits.conns, "max-conns", def.KV.MaxConns, "client connections (HTTP and stream) open at once; one more is answered 429 and closed")
+	fl.IntVar(&f.limits.inFlight, "max-in-flight", def.KV.MaxInFlight, "requests running at once (HTTP and every stream's); one more is answered 429")
+	fl.IntVar(&f.limits.streamInFlight, "max-stream-in-flight", def.KV.MaxStreamInFlight, "requests in flight on one stream connection; beyond it the node stops reading that connection until one finishes")
+	fl.IntVar(&f.limits.watches, "max-watches", def.KV.MaxWatches, "watches the node serves at once; one more is answered 429")
+	fl.IntVar(&f.limits.streamWatches, "max-stream-watches", def.KV.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
 	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis; SIGHUP re-reads it (see keel schema apply)")
 	fl.BoolVar(&f.noMigrate, "no-migrate", false, "initial cluster-wide setting: migrations start only when asked (keel migrate start); see keel migrate settings")
@@ -144,6 +153,8 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		return err
 	}
 	cfg.KV.MaxValueBytes = f.maxValueBytes
+	cfg.KV.MaxConns, cfg.KV.MaxInFlight, cfg.KV.MaxStreamInFlight = f.limits.conns, f.limits.inFlight, f.limits.streamInFlight
+	cfg.KV.MaxWatches, cfg.KV.MaxStreamWatches = f.limits.watches, f.limits.streamWatches
 	switch f.aclDefault {
 	case "":
 		cfg.KV.ACLDefault = kv.ACLDeny

@@ -119,6 +119,13 @@ func (c Config) Validate() error {
 	if c.BootstrapExpect > 0 && c.Raft.Bootstrap {
 		return errors.New("agent: bootstrap and bootstrap-expect are exclusive")
 	}
+	// The HTTP server's limits, before anything is written to the data dir (its
+	// address is the listener's, known later).
+	kcfg := c.KV
+	kcfg.Addr = c.HTTPAddr
+	if err := kcfg.Validate(); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	return nil
 }
 
