@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -192,9 +193,69 @@ func TestKeyMigrationTypedWrites(t *testing.T) {
 	if !strings.Contains(ov, `"size":8`) || orev != nrev {
 		t.Fatalf("rolling back: old %s rev %d, new rev %d", ov, orev, nrev)
 	}
-	// Typed watches are refused, not silently wrong, once lists read the new range.
+}
+
+// TestTypedWatchAcrossKeyMigration: a typed watch follows the range the phase lists.
+// Started in phase 3 it shows the objects and their changes from the old range; when
+// the phase switches to 4 it ends with a 410 ERROR before anything of the switch, and
+// never shows the migration's own writes; a watch resumed from before the switch is
+// 410 too. Started in phase 4 it reads the new range and shows each object in the old
+// key's form (spec.count stored, spec.size shown); a rollback to 3 ends it the same way.
+func TestTypedWatchAcrossKeyMigration(t *testing.T) {
+	ts := newKeyMigServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ts.setPhase(t, 3, nil)
+	ts.putSize(t, "a", 1, 0, http.StatusCreated)
+	_, next := ts.typedWatch(ctx, "/apis/apps/v1/widgets?watch=true")
+	if o := readTyped(next()); o.typ != typedAdded || o.name != "a" || o.size != 1 {
+		t.Fatalf("phase 3 initial event %+v", o)
+	}
+	ts.putSize(t, "a", 2, 0, http.StatusOK)
+	o := readTyped(next())
+	if o.typ != typedModified || o.name != "a" || o.size != 2 {
+		t.Fatalf("phase 3 change %+v", o)
+	}
+	lastSeen := o.rev
+	// The switch to 4, then what only the migration does: deleting the old key.
+	ts.setPhase(t, 4, nil)
+	_, switched, _ := ts.raw(t, versions.KeyPhaseKey("widgets-v2-keys"))
+	if _, err := ts.store.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{
+		Success: []fsm.Op{{Type: fsm.OpDelete, Key: []byte(oldW + "a")}}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Every event of the old range up to the switch was sent (none is at it).
+	if o := readTyped(next()); o.typ != typedError || o.reason != api.ReasonResourceExpired || o.rev != switched {
+		t.Fatalf("after the switch to phase 4 the watch sent %+v, want a 410 ERROR at %d", o, switched)
+	}
+	ts.expectError(http.MethodGet, fmt.Sprintf("/apis/apps/v1/widgets?watch=true&resourceVersion=%d", lastSeen), nil,
+		http.StatusGone, api.ReasonResourceExpired)
+
+	// Phase 4: the new range, shown in v1 (size), from the list's revision.
+	_, next = ts.typedWatch(ctx, "/apis/apps/v1/widgets?watch=true")
+	if o := readTyped(next()); o.typ != typedAdded || o.name != "a" || o.size != 2 {
+		t.Fatalf("phase 4 initial event %+v", o)
+	}
+	ts.putSize(t, "a", 3, 0, http.StatusOK)
+	if o := readTyped(next()); o.typ != typedModified || o.name != "a" || o.size != 3 {
+		t.Fatalf("phase 4 change %+v", o)
+	}
+	ts.doJSON(http.MethodDelete, "/apis/apps/v1/widgets/a", nil, http.StatusOK, nil)
+	if o := readTyped(next()); o.typ != typedDeleted || o.name != "a" || o.size != 3 {
+		t.Fatalf("phase 4 delete %+v", o)
+	}
+	// Phase 5 reads the same range: the watch goes on.
 	ts.setPhase(t, 5, nil)
-	ts.expectError(http.MethodGet, "/apis/apps/v1/widgets?watch=true", nil, http.StatusNotFound, api.ReasonNotFound)
+	ts.putSize(t, "b", 4, 0, http.StatusCreated)
+	if o := readTyped(next()); o.typ != typedAdded || o.name != "b" || o.size != 4 {
+		t.Fatalf("phase 5 add %+v", o)
+	}
+	// Back to 3 (lists read the old range again): the watch ends at the next event.
+	ts.setPhase(t, 3, nil)
+	ts.putSize(t, "b", 5, 0, http.StatusOK)
+	if o := readTyped(next()); o.typ != typedError || o.reason != api.ReasonResourceExpired {
+		t.Fatalf("after the rollback to phase 3 the watch sent %+v, want a 410 ERROR", o)
+	}
 }
 
 // TestReadyNote: a check that passes with a note counts as passing and prints the note

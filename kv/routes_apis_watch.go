@@ -3,6 +3,7 @@ package kv
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/versions"
 )
 
 // Types of a typed watch event (Kubernetes' watch.EventType).
@@ -124,15 +126,12 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 		return err
 	}
 	prefix := []byte(q.r.Prefix)
-	if k := q.r.KeyMigration; k != nil {
-		// A key migration's phase picks the range at the start: the old one holds
-		// every object in phases 0–3, the new one in 4 and 5.
-		if ks, err := keyStateAt(view, q, 0); err != nil {
-			return err
-		} else if ks.plan.ListNew() {
-			return fmt.Errorf("%w: typed watches of %s are not served in phase %d of key migration %s yet; "+
-				"watch %s through /v1/watch", ErrNoRoute, q.r.Key(), ks.rec.Phase, k.Name, k.To)
-		}
+	km, err := s.keyWatchAt(view, q, tq.fromRev)
+	if err != nil {
+		return err
+	}
+	if km != nil && km.listNew {
+		prefix = []byte(km.k.To)
 	}
 	opts := fsm.WatchOptions{Key: prefix, End: fsm.PrefixEnd(prefix), StartRevision: tq.fromRev + 1,
 		Buffer: s.cfg.WatchBuffer}
@@ -156,11 +155,12 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &typedWatchStream{watchStream: &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096),
-		writeTimeout: s.cfg.WriteTimeout}, q: q}
+		writeTimeout: s.cfg.WriteTimeout}, q: q, s: s, km: km}
 	ws.enc = json.NewEncoder(ws.bw)
 	enc := q.readEncoding()
 	for _, kv := range initial {
-		if err := ws.object(typedAdded, kv, enc); err != nil {
+		ev := fsm.Event{Type: fsm.EventPut, KV: kv}
+		if err := ws.event(&ev, typedAdded, enc); err != nil {
 			return nil
 		}
 	}
@@ -174,31 +174,173 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 // typedWatchStream writes typedEvent lines.
 type typedWatchStream struct {
 	*watchStream
-	q resourceReq
+	q  resourceReq
+	s  *Server
+	km *keyWatch // the resource's key migration; nil without one
 }
 
 var _ watchWriter = (*typedWatchStream)(nil)
 
+// keyWatch is the key migration of a typed watch's resource. The phase at the start
+// picks the range watched — the old one holds every object in phases 0–3, the new one
+// in 4 and 5 (versions.KeyPlan.ListNew) — and the watch lasts while the phase reads
+// that range: writes go to the old keys in every phase of 0–3 and to the new keys in
+// every phase of 4–5, so nothing of the objects' history is missed in between. At the
+// first revision whose phase reads the other range (the switch to 4, a rollback to
+// 3), the watch ends with a 410 Expired ERROR event before any event of that revision:
+// the client lists again, as after a compaction, and watches the other range from the
+// list's revision. The migration's own copies and deletes are in the range not read,
+// so a watcher never sees them.
+type keyWatch struct {
+	k       *versions.KeyMigration
+	listNew bool  // the new range is watched, events are converted to the old key's form
+	rev     int64 // the phase record's revision when the range was last checked
+}
+
+// keyWatchAt returns the key migration state of a typed watch of q starting after
+// revision from (0: now), nil for a resource without one. A from before the last
+// switch of range is 410 Expired: the events after it lie in both ranges.
+func (s *Server) keyWatchAt(view *fsm.View, q resourceReq, from int64) (*keyWatch, error) {
+	k := q.r.KeyMigration
+	if k == nil {
+		return nil, nil
+	}
+	ks, err := keyStateAt(view, q, 0)
+	if err != nil {
+		return nil, err
+	}
+	km := &keyWatch{k: k, listNew: ks.plan.ListNew(), rev: ks.rec.Revision}
+	if from > 0 && from < km.rev {
+		then, err := keyStateAt(view, q, from)
+		if err != nil {
+			return nil, err
+		}
+		if then.plan.ListNew() != km.listNew {
+			return nil, km.expired(from, km.rev)
+		}
+	}
+	return km, nil
+}
+
+// expired is the error ending a watch whose last delivered revision is last because
+// the range it reads switched at or before revision at.
+func (km *keyWatch) expired(last, at int64) error {
+	return &fsm.WatchError{LastRevision: last, Err: fmt.Errorf("%w: key migration %s switched the range %s is read from "+
+		"(at revision %d or before): list again", fsm.ErrCompacted, km.k.Name, km.k.From, at)}
+}
+
+// cut returns how many of groups the watch may deliver: all, unless the phase reads
+// the other range at one of their revisions.
+func (ws *typedWatchStream) cut(groups []*fsm.RevisionEvents) (int, error) {
+	km := ws.km
+	view, err := ws.s.store.View(context.Background(), fsm.Serializable)
+	if err != nil {
+		return 0, err
+	}
+	rec, err := versions.ReadKeyPhase(view, km.k.Name)
+	if err != nil {
+		return 0, err
+	}
+	if rec.Revision == km.rev {
+		return len(groups), nil
+	}
+	for i, g := range groups {
+		at, err := versions.ReadKeyPhaseAt(view, km.k.Name, g.Revision)
+		if err != nil {
+			return i, err
+		}
+		if versions.Plan(at).ListNew() != km.listNew {
+			return i, nil
+		}
+	}
+	if len(groups) > 0 && rec.Revision <= groups[len(groups)-1].Revision {
+		km.rev = rec.Revision // the changes so far kept the range
+	}
+	return len(groups), nil
+}
+
 func (ws *typedWatchStream) events(groups []*fsm.RevisionEvents) error {
+	n := len(groups)
+	if ws.km != nil {
+		var err error
+		if n, err = ws.cut(groups); err != nil || n < len(groups) {
+			defer func() {
+				last := groups[0].Revision - 1
+				if n > 0 {
+					last = groups[n-1].Revision
+				}
+				if err == nil {
+					err = ws.km.expired(last, groups[n].Revision)
+				}
+				ws.end(err)
+			}()
+		}
+	}
 	enc := ws.q.readEncoding()
-	for _, g := range groups {
+	for _, g := range groups[:n] {
 		for i := range g.Events {
 			ev := &g.Events[i]
 			var err error
 			switch {
 			case ev.Type == fsm.EventDelete:
-				err = ws.deleted(ev, enc)
+				err = ws.event(ev, typedDeleted, enc)
 			case ev.KV.CreateRevision == ev.KV.ModRevision:
-				err = ws.object(typedAdded, ev.KV, enc)
+				err = ws.event(ev, typedAdded, enc)
 			default:
-				err = ws.object(typedModified, ev.KV, enc)
+				err = ws.event(ev, typedModified, enc)
 			}
 			if err != nil {
 				return err
 			}
 		}
 	}
-	return ws.flush()
+	if err := ws.flush(); err != nil {
+		return err
+	}
+	if n < len(groups) {
+		return errKeyRangeSwitched
+	}
+	return nil
+}
+
+// errKeyRangeSwitched stops a typed watch that keyWatch ended.
+var errKeyRangeSwitched = errors.New("kv: key migration switched the watched range")
+
+// event writes ev as a typ event: from the new range, its keys and values in the old
+// key's form first. It does not flush.
+func (ws *typedWatchStream) event(ev *fsm.Event, typ string, enc string) error {
+	if km := ws.km; km != nil && km.listNew {
+		e := *ev
+		var err error
+		if ev.Type == fsm.EventDelete { // the entry of a delete holds no value
+			e.KV.Key = km.k.OldKey(e.KV.Key)
+		} else if e.KV, err = km.toOld(e.KV); err != nil {
+			return ws.errorEvent(err, string(bytes.TrimPrefix(ev.KV.Key, []byte(km.k.To))), ev.KV.ModRevision)
+		}
+		if e.PrevKV != nil {
+			p, err := km.toOld(*e.PrevKV)
+			if err != nil {
+				return ws.errorEvent(err, string(bytes.TrimPrefix(ev.KV.Key, []byte(km.k.To))), ev.KV.ModRevision)
+			}
+			e.PrevKV = &p
+		}
+		ev = &e
+	}
+	if typ == typedDeleted {
+		return ws.deleted(ev, enc)
+	}
+	return ws.object(typ, ev.KV, enc)
+}
+
+// toOld is kv of the new range as the object under its old key.
+func (km *keyWatch) toOld(kv fsm.KeyValue) (fsm.KeyValue, error) {
+	kv.Key = km.k.OldKey(kv.Key)
+	v, err := km.k.ToOld(kv.Value)
+	if err != nil {
+		return kv, fmt.Errorf("stored object %q: %w", kv.Key, err)
+	}
+	kv.Value = v
+	return kv, nil
 }
 
 // object writes kv as an event of type typ, or an ERROR event naming it when it
@@ -240,6 +382,15 @@ func (ws *typedWatchStream) errorEvent(err error, name string, rev int64) error 
 }
 
 func (ws *typedWatchStream) progress(rev int64) error {
+	if ws.km != nil { // an idle watch learns of a switch of range at its next bookmark
+		if n, err := ws.cut([]*fsm.RevisionEvents{{Revision: rev}}); err != nil || n == 0 {
+			if err == nil {
+				err = ws.km.expired(rev, rev)
+			}
+			ws.end(err)
+			return errKeyRangeSwitched
+		}
+	}
 	return ws.line(typedEvent{Type: typedBookmark, Object: map[string]any{
 		"apiVersion": ws.q.apiVersion(), "metadata": map[string]any{"revision": rev}}})
 }
