@@ -521,36 +521,6 @@ func (c *ProcCluster) RemoveNode(ctx context.Context, id string) error {
 	return err
 }
 
-// DiskNode implements Cluster.
-func (c *ProcCluster) DiskNode() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, n := range c.mu.nodes {
-		if n.tmpfs {
-			return id
-		}
-	}
-	return ""
-}
-
-// FillDisk implements Cluster: write a filler file until the tmpfs is full.
-func (c *ProcCluster) FillDisk(id string) error {
-	n := c.node(id)
-	if !n.tmpfs {
-		return fmt.Errorf("fill disk of %s: %w (not a tmpfs)", id, ErrUnsupported)
-	}
-	return fillFile(n.fillerPath)
-}
-
-// FreeDisk implements Cluster.
-func (c *ProcCluster) FreeDisk(id string) error {
-	n := c.node(id)
-	if err := os.Remove(n.fillerPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("free disk of %s: %w", id, err)
-	}
-	return nil
-}
-
 // Supports implements Cluster.
 func (c *ProcCluster) Supports(k FaultKind) bool {
 	switch k {
@@ -654,77 +624,6 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// logControl is the node's -test-log-faults control file.
-func (c *ProcCluster) logControl(id string) string {
-	return filepath.Join(c.cfg.Dir, id+".logfaults")
-}
-
-// FailLog implements Cluster.
-func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() error, error) {
-	if !c.cfg.LogFaults {
-		return nil, fmt.Errorf("fail the log of %s: %w (nodes started without -test-log-faults)", id, ErrUnsupported)
-	}
-	if mode != "sync" && mode != "write" {
-		return nil, fmt.Errorf("fail the log of %s: unknown mode %q", id, mode)
-	}
-	n := c.node(id)
-	c.mu.Lock()
-	running := n.running && !n.paused
-	if running {
-		// A failed fdatasync must stop the node, and so must a failed append after a
-		// deleted suffix (raft/wal): an exit now is the fault working, not a crash.
-		n.stopping = true
-	}
-	logPath := n.logPath
-	c.mu.Unlock()
-	if !running {
-		return nil, fmt.Errorf("fail the log of %s: %w", id, ErrNotRunning)
-	}
-	before := fileSize(logPath)
-	control := c.logControl(id)
-	if err := os.WriteFile(control, []byte(mode), 0o644); err != nil {
-		return nil, fmt.Errorf("fail the log of %s: %w", id, err)
-	}
-	heal := func() error {
-		if err := os.Remove(control); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		c.mu.Lock()
-		running := n.running
-		if running {
-			n.stopping = false
-		}
-		c.mu.Unlock()
-		switch {
-		case mode == "sync" && running:
-			return fmt.Errorf("%s kept running after its raft log's fdatasync failed", id)
-		case mode == "write" && !logSince(logPath, before, "injected: input/output error"):
-			return fmt.Errorf("no raft log write of %s met the injected error", id)
-		case !running:
-			return c.Start(ctx, id)
-		}
-		return nil
-	}
-	return heal, nil
-}
-
-func fileSize(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return st.Size()
-}
-
-// logSince reports whether path holds needle after offset from.
-func logSince(path string, from int64, needle string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < from {
-		return false
-	}
-	return strings.Contains(string(b[from:]), needle)
-}
-
 // SetRelease makes the node run bin with extra arguments from its next start (a
 // rolling upgrade or downgrade swaps binaries on the same data dir).
 func (c *ProcCluster) SetRelease(id, bin string, extra []string) {
@@ -741,56 +640,4 @@ func (c *ProcCluster) Restart(ctx context.Context, id string) error {
 		return err
 	}
 	return c.Start(ctx, id)
-}
-
-// securityArgs are the flags a node's binary needs to run the harness's plain-text
-// cluster: -insecure, for a release that refuses plain text outside -dev (it lists the
-// flag); none for an older release (the upgrade test's), which would refuse the flag.
-func securityArgs(bin string) []string {
-	if agentHasFlag(bin, "insecure") {
-		return []string{"-insecure"}
-	}
-	return nil
-}
-
-var agentFlags sync.Map // binary path -> the output of `agent --help`
-
-// agentHasFlag reports whether `bin agent --help` lists -name.
-func agentHasFlag(bin, name string) bool {
-	help, ok := agentFlags.Load(bin)
-	if !ok {
-		out, _ := exec.Command(bin, "agent", "--help").CombinedOutput()
-		help, _ = agentFlags.LoadOrStore(bin, string(out))
-	}
-	return strings.Contains(help.(string), "--"+name+" ")
-}
-
-// bootstrapACL bootstraps the ACL system through the first node when cfg.ACL is set
-// and the binary has ACLs, keeps the management token, and gives the node a client
-// that sends it.
-func (c *ProcCluster) bootstrapACL(ctx context.Context, n *procNode) error {
-	if !c.cfg.ACL || aclArgs(c.cfg.Bin) == nil {
-		return nil
-	}
-	cl, err := client.New([]string{n.httpAddr}, client.Options{MaxRetries: 20, TLS: tlsFor(n.httpAddr)})
-	if err != nil {
-		return err
-	}
-	tok, err := cl.ACLBootstrap(ctx)
-	if err != nil {
-		return fmt.Errorf("acl bootstrap: %w", err)
-	}
-	nc := newNodeClient(n.httpAddr, tok.SecretID)
-	c.mu.Lock()
-	c.mu.token, n.cl = tok.SecretID, nc
-	c.mu.Unlock()
-	c.cfg.Logf("acl: bootstrapped (token accessor %s); every harness client sends it", tok.AccessorID)
-	return nil
-}
-
-// Token is the ACL management token the harness uses ("" without ACLs).
-func (c *ProcCluster) Token() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mu.token
 }
