@@ -48,37 +48,88 @@ func leaseFormatError(err error) error {
 	return err
 }
 
-// handleLeaseGrant serves POST /v1/leases.
-func (s *Server) handleLeaseGrant(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseParams(r); err != nil {
-		return err
+// The lease operations below serve both the HTTP routes and the stream protocol's
+// lease ops (stream.go). Each checks the lease right itself: the HTTP routes' rule
+// (ruleAnyWrite) has already, a stream carries its token in ctx.
+
+// leaseRight refuses a token that may write no key: leases are for writers.
+func leaseRight(ctx context.Context) error {
+	if az := authzOf(ctx); az != nil && !az.anyWrite() {
+		return fmt.Errorf("%w: leases need a token with a write right on some key prefix", ErrForbidden)
 	}
-	body, err := readBody(w, r, s.cfg.MaxTxnBodyBytes, "lease grant body")
-	if err != nil {
-		return err
+	return nil
+}
+
+// grantLease grants lease id (0: a new random ID) for ttl seconds and returns its ID.
+func (s *Server) grantLease(ctx context.Context, id, ttl int64) (int64, error) {
+	if err := leaseRight(ctx); err != nil {
+		return 0, err
 	}
-	var req api.LeaseGrantRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return fmt.Errorf("lease grant: %w", err)
+	if ttl < api.MinLeaseTTL || ttl > api.MaxLeaseTTL {
+		return 0, fmt.Errorf("lease grant: %w: ttl %d s outside [%d, %d] s", ErrInvalidBody, ttl, api.MinLeaseTTL, api.MaxLeaseTTL)
 	}
-	if req.TTL < api.MinLeaseTTL || req.TTL > api.MaxLeaseTTL {
-		return fmt.Errorf("lease grant: %w: ttl %d s outside [%d, %d] s", ErrInvalidBody, req.TTL, api.MinLeaseTTL, api.MaxLeaseTTL)
+	if id < 0 || id > api.MaxLeaseID {
+		return 0, fmt.Errorf("lease grant: %w: id %d outside [1, %d]", ErrInvalidBody, id, int64(api.MaxLeaseID))
 	}
-	if req.ID < 0 || req.ID > api.MaxLeaseID {
-		return fmt.Errorf("lease grant: %w: id %d outside [1, %d]", ErrInvalidBody, req.ID, int64(api.MaxLeaseID))
-	}
-	id := req.ID
 	if id == 0 {
 		id = newLeaseID()
 	}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
-	_, err = s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: id, LeaseTTL: req.TTL * 1000})
+	_, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: id, LeaseTTL: ttl * 1000})
 	if errors.Is(err, fsm.ErrLeaseExists) {
-		return fmt.Errorf("lease grant: %w: lease %d exists", ErrConflict, id)
+		return 0, fmt.Errorf("lease grant: %w: lease %d exists", ErrConflict, id)
 	}
 	if err != nil {
-		return fmt.Errorf("lease grant: %w", err)
+		return 0, fmt.Errorf("lease grant: %w", err)
+	}
+	return id, nil
+}
+
+// revokeLease revokes lease id, deleting its keys in the same revision.
+func (s *Server) revokeLease(ctx context.Context, id int64) (api.LeaseRevokeResponse, error) {
+	if err := leaseRight(ctx); err != nil {
+		return api.LeaseRevokeResponse{}, err
+	}
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseRevoke, LeaseIDs: []int64{id}})
+	if err != nil {
+		return api.LeaseRevokeResponse{}, fmt.Errorf("lease revoke: %w", err)
+	}
+	if !res.Succeeded {
+		return api.LeaseRevokeResponse{}, fmt.Errorf("lease revoke: lease %d: %w", id, fsm.ErrLeaseNotFound)
+	}
+	resp := api.LeaseRevokeResponse{Revision: res.Revision}
+	if len(res.Responses) > 0 {
+		resp.Deleted = res.Responses[0].Deleted
+	}
+	return resp, nil
+}
+
+// keepAliveLease renews lease id at the leader and returns the time it has left.
+func (s *Server) keepAliveLease(ctx context.Context, id int64) (time.Duration, error) {
+	if err := leaseRight(ctx); err != nil {
+		return 0, err
+	}
+	lc, err := s.leaderCaller()
+	if err != nil {
+		return 0, err
+	}
+	left, err := callLeader(ctx, lc, leaderCallKeepAlive, id)
+	if err != nil {
+		return 0, fmt.Errorf("lease keepalive: %w", err)
+	}
+	return left, nil
+}
+
+// handleLeaseGrant serves POST /v1/leases.
+func (s *Server) handleLeaseGrant(w http.ResponseWriter, r *http.Request) error {
+	var req api.LeaseGrantRequest
+	if err := decodeJSONBody(w, r, s.cfg.MaxTxnBodyBytes, "lease grant body", "lease grant", &req); err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	id, err := s.grantLease(ctx, req.ID, req.TTL)
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, api.LeaseGrantResponse{ID: id, TTL: req.TTL})
 	return nil
@@ -107,16 +158,9 @@ func (s *Server) handleLeaseRevoke(w http.ResponseWriter, r *http.Request) error
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseRevoke, LeaseIDs: []int64{id}})
+	resp, err := s.revokeLease(ctx, id)
 	if err != nil {
-		return fmt.Errorf("lease revoke: %w", err)
-	}
-	if !res.Succeeded {
-		return fmt.Errorf("lease revoke: lease %d: %w", id, fsm.ErrLeaseNotFound)
-	}
-	resp := api.LeaseRevokeResponse{Revision: res.Revision}
-	if len(res.Responses) > 0 {
-		resp.Deleted = res.Responses[0].Deleted
+		return err
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -137,15 +181,11 @@ func (s *Server) handleLeaseKeepAlive(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	lc, err := s.leaderCaller()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	left, err := callLeader(ctx, lc, leaderCallKeepAlive, id)
+	left, err := s.keepAliveLease(ctx, id)
 	if err != nil {
-		return fmt.Errorf("lease keepalive: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, api.LeaseKeepAliveResponse{ID: id, TTL: int64(left / time.Second), TTLMillis: left.Milliseconds()})
 	return nil

@@ -53,7 +53,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The HTTP server's deadlines belong to the request; the stream sets its own.
 	conn.SetDeadline(time.Time{})
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.StreamProtocol + "\r\n\r\n")
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.StreamProtocol +
+		"\r\n" + api.HeaderStreamFeatures + ": " + streamFeatures + "\r\n\r\n")
 	if err := brw.Flush(); err != nil {
 		conn.Close()
 		return nil // the status line is out (hijacked): nothing more to answer
@@ -67,6 +68,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	go c.serve()
 	return nil
 }
+
+// streamFeatures is what this server offers beyond the protocol's first release.
+var streamFeatures = strings.Join([]string{api.StreamFeatureSharedEvents, api.StreamFeatureLeases}, ", ")
 
 func headerHasToken(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {
@@ -364,6 +368,23 @@ func (s *Server) streamDo(ctx context.Context, req *api.StreamRequest) api.Strea
 }
 
 func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api.StreamResponse) error {
+	if (req.Op == api.StreamLeaseKeepAlive || req.Op == api.StreamLeaseRevoke) && req.LeaseID > api.MaxLeaseID {
+		return fmt.Errorf("%w: lease ID %d must be in [1, %d]", ErrInvalidParam, req.LeaseID, int64(api.MaxLeaseID))
+	}
+	switch req.Op {
+	case api.StreamLeaseGrant:
+		id, err := s.grantLease(ctx, req.LeaseID, int64(req.TTL/time.Second))
+		resp.LeaseID, resp.TTL = id, req.TTL
+		return err
+	case api.StreamLeaseKeepAlive:
+		left, err := s.keepAliveLease(ctx, req.LeaseID)
+		resp.LeaseID, resp.TTL = req.LeaseID, left
+		return err
+	case api.StreamLeaseRevoke:
+		r, err := s.revokeLease(ctx, req.LeaseID)
+		resp.Revision, resp.Deleted = r.Revision, r.Deleted
+		return err
+	}
 	key := string(req.Key)
 	if err := s.lim.checkKey(key); err != nil {
 		return err
@@ -387,7 +408,10 @@ func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api
 		if req.HasPrev {
 			prev = req.PrevRevision
 		}
-		rev, err := s.putKey(ctx, key, req.Value, prev, 0)
+		if req.LeaseID > api.MaxLeaseID {
+			return fmt.Errorf("%w: lease %d above %d", ErrInvalidParam, req.LeaseID, int64(api.MaxLeaseID))
+		}
+		rev, err := s.putKey(ctx, key, req.Value, prev, req.LeaseID)
 		if err != nil {
 			return err
 		}

@@ -17,14 +17,22 @@ import (
 )
 
 // LeaseDriver is what the lease workload needs: grant a lease and renew it once, each
-// one request the way that system's clients send it (keel: HTTP JSON; etcd: clientv3's
-// LeaseGrant and KeepAliveOnce over gRPC).
+// one request the way that system's clients send it (keel: the Go client over the
+// stream protocol, or HTTP JSON with -keel-protocol http; etcd: clientv3's LeaseGrant
+// and KeepAliveOnce over gRPC).
 type LeaseDriver interface {
 	Grant(ctx context.Context, node, worker int, ttl time.Duration) (int64, error)
 	KeepAliveOnce(ctx context.Context, node, worker int, id int64) error
 }
 
 func (d *keelDriver) Grant(ctx context.Context, node, _ int, ttl time.Duration) (int64, error) {
+	if d.streams != nil {
+		g, err := d.streams[node].Grant(ctx, ttl)
+		if err != nil {
+			return 0, streamErr(err)
+		}
+		return g.ID, nil
+	}
 	body, _ := json.Marshal(api.LeaseGrantRequest{TTL: int64(ttl / time.Second)})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.bases[node]+api.PathLeases, bytes.NewReader(body))
 	if err != nil {
@@ -39,6 +47,10 @@ func (d *keelDriver) Grant(ctx context.Context, node, _ int, ttl time.Duration) 
 }
 
 func (d *keelDriver) KeepAliveOnce(ctx context.Context, node, _ int, id int64) error {
+	if d.streams != nil {
+		_, err := d.streams[node].KeepAliveOnce(ctx, id)
+		return streamErr(err)
+	}
 	u := d.bases[node] + api.PathLeases + "/" + strconv.FormatInt(id, 10) + "/keepalive"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {

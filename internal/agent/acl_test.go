@@ -376,6 +376,13 @@ func TestACLListAndWatchFiltering(t *testing.T) {
 	if _, err := rdStream.Get(ctx, "b/1"); !client.IsForbidden(err) {
 		t.Fatalf("stream get b/1 with a-reader = %v, want 403 Forbidden", err)
 	}
+	// Leases are for writers, on the stream as over HTTP.
+	if _, err := rdStream.Grant(ctx, 10*time.Second); !client.IsForbidden(err) {
+		t.Fatalf("stream lease grant with a-reader = %v, want 403 Forbidden", err)
+	}
+	if _, err := rd.Grant(ctx, 10*time.Second); !client.IsForbidden(err) {
+		t.Fatalf("lease grant with a-reader = %v, want 403 Forbidden", err)
+	}
 	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 	if ev, ok := <-rdStream.Watch(sctx, "b/", client.WatchOptions{}); !ok || !client.IsForbidden(ev.Err) {
 		t.Fatalf("stream watch of b/ with a-reader = %+v (open %t), want 403 Forbidden", ev, ok)

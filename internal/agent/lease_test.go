@@ -17,16 +17,25 @@ import (
 
 func (c *testCluster) allClient(t *testing.T) *client.Client {
 	t.Helper()
+	return c.allClientWith(t, false)
+}
+
+// allClientWith is allClient, sending single-key and lease calls over the stream
+// protocol when stream is set.
+func (c *testCluster) allClientWith(t *testing.T, stream bool) *client.Client {
+	t.Helper()
 	var addrs []string
 	for _, a := range c.agents {
 		if a != nil {
 			addrs = append(addrs, a.HTTPAddr())
 		}
 	}
-	cl, err := client.New(addrs, client.Options{MaxRetries: 30, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	cl, err := client.New(addrs, client.Options{MaxRetries: 30, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Stream: stream})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	return cl
 }
 
@@ -49,12 +58,21 @@ func (c *testCluster) transferLeadership(ctx context.Context) error {
 }
 
 // A lease kept alive survives five leader transfers spread over more than twice its
-// TTL, and so does its key.
+// TTL, and so does its key: with the lease calls over HTTP, and over the stream
+// protocol (keepalives of a follower's stream forwarded to the leader).
 func TestClusterLeaseKeptAliveSurvivesLeaderChanges(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "stream"}[stream], func(t *testing.T) {
+			testLeaseKeptAliveSurvivesLeaderChanges(t, stream)
+		})
+	}
+}
+
+func testLeaseKeptAliveSurvivesLeaderChanges(t *testing.T, stream bool) {
 	c := newTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := c.allClient(t)
+	cl := c.allClientWith(t, stream)
 	g, err := cl.Grant(ctx, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,12 @@ func (o StreamOp) String() string {
 		return "watch"
 	case StreamWatchCancel:
 		return "cancel"
+	case StreamLeaseGrant:
+		return "lease-grant"
+	case StreamLeaseKeepAlive:
+		return "lease-keepalive"
+	case StreamLeaseRevoke:
+		return "lease-revoke"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -100,6 +106,11 @@ type StreamRequest struct {
 	Prefix   bool
 	PrevKV   bool
 	Progress time.Duration // 0: no progress frames; whole milliseconds on the wire
+	// Leases (stream_lease.go): the lease of a lease op, or the one a put attaches to
+	// (HasLease); TTL is a grant's, whole seconds on the wire.
+	LeaseID  int64
+	HasLease bool
+	TTL      time.Duration
 }
 
 // StreamResponse is one response frame. Err is set on failure (status 1).
@@ -119,6 +130,10 @@ type StreamResponse struct {
 	Shared          []uint64
 	CompactRevision int64  // StreamWatchEnd
 	Reason, Message string // StreamWatchEnd
+	// Lease answers (stream_lease.go): the lease, and the TTL granted or left
+	// (milliseconds on the wire); a revoke's are Revision and Deleted.
+	LeaseID int64
+	TTL     time.Duration
 }
 
 // AppendStreamRequest appends r as one frame (length prefix included).
@@ -133,12 +148,22 @@ func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
 		body = appendBinBytes(body, r.Key)
 		return appendFramed(b, appendWatchRequest(body, r))
 	}
+	if isLeaseOp(r.Op) {
+		body := binary.AppendUvarint(nil, r.ID)
+		body = append(body, byte(r.Op), 0)
+		body = appendBinBytes(body, r.Key)
+		return appendFramed(b, appendLeaseRequest(body, r))
+	}
 	var flags byte
 	if r.Serializable {
 		flags |= StreamFlagSerializable
 	}
 	if r.HasPrev {
 		flags |= StreamFlagPrev
+	}
+	hasLease := r.HasLease && r.Op == StreamPut
+	if hasLease {
+		flags |= StreamFlagLease
 	}
 	n := uvarintLen(r.ID) + 2 + bytesLen(len(r.Key))
 	switch r.Op {
@@ -149,6 +174,9 @@ func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
 	}
 	if r.HasPrev && r.Op != StreamGet {
 		n += uvarintLen(uint64(r.PrevRevision))
+	}
+	if hasLease {
+		n += uvarintLen(uint64(r.LeaseID))
 	}
 	b = binary.AppendUvarint(b, uint64(n))
 	b = binary.AppendUvarint(b, r.ID)
@@ -163,6 +191,9 @@ func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
 	if r.HasPrev && r.Op != StreamGet {
 		b = binary.AppendUvarint(b, uint64(r.PrevRevision))
 	}
+	if hasLease {
+		b = binary.AppendUvarint(b, uint64(r.LeaseID))
+	}
 	return b
 }
 
@@ -170,6 +201,11 @@ func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
 func AppendStreamResponse(b []byte, r *StreamResponse) []byte {
 	if r.Op == StreamWatch && r.Err == nil {
 		return appendFramed(b, appendWatchResponse(nil, r))
+	}
+	if isLeaseOp(r.Op) && r.Err == nil {
+		body := binary.AppendUvarint(nil, r.ID)
+		body = append(body, byte(r.Op), 0)
+		return appendFramed(b, appendLeaseResponse(body, r))
 	}
 	n := uvarintLen(r.ID) + 2
 	if r.Err != nil {
@@ -251,11 +287,13 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 	case d.Err() != nil:
 	case op == StreamWatch, op == StreamWatchCancel:
 		decodeWatchRequest(d, flags, r)
-	case flags&^(StreamFlagSerializable|StreamFlagPrev) != 0:
+	case isLeaseOp(op):
+		decodeLeaseRequest(d, flags, r)
+	case flags&^(StreamFlagSerializable|StreamFlagPrev|StreamFlagLease) != 0:
 		d.Fail("unknown flags %#x", flags)
 	case op == StreamGet:
-		if flags&StreamFlagPrev != 0 {
-			d.Fail("a get has no prev_revision")
+		if flags&(StreamFlagPrev|StreamFlagLease) != 0 {
+			d.Fail("a get has no prev_revision and no lease")
 		}
 		r.Serializable = flags&StreamFlagSerializable != 0
 		r.Revision = d.int("revision")
@@ -270,6 +308,12 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 		}
 		if flags&StreamFlagPrev != 0 {
 			r.HasPrev, r.PrevRevision = true, d.int("prev_revision")
+		}
+		if flags&StreamFlagLease != 0 {
+			if op != StreamPut {
+				d.Fail("only a put attaches a lease")
+			}
+			r.HasLease, r.LeaseID = true, d.int("lease id")
 		}
 	default:
 		d.Fail("unknown op %d", byte(op))
@@ -301,6 +345,8 @@ func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 		decodeWatchResponse(d, StreamWatchStatus(status), r)
 	case status != 0:
 		d.Fail("unknown status %d", status)
+	case isLeaseOp(r.Op):
+		decodeLeaseResponse(d, r)
 	default:
 		r.Revision = d.int("revision")
 		switch r.Op {

@@ -73,7 +73,7 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		b := AppendStreamRequest(nil, &r)
 		f.Add(b[1:]) // the body, without its length
 	}
-	for _, r := range watchRequests {
+	for _, r := range append(watchRequests, leaseRequests...) {
 		b := AppendStreamRequest(nil, &r)
 		f.Add(b[1:])
 	}
@@ -106,7 +106,7 @@ func FuzzDecodeStreamResponse(f *testing.F) {
 		b := AppendStreamResponse(nil, &r)
 		f.Add(b[1:])
 	}
-	for _, r := range watchResponses {
+	for _, r := range append(watchResponses, leaseResponses...) {
 		b := AppendStreamResponse(nil, &r)
 		f.Add(b[1:])
 	}

@@ -30,8 +30,16 @@ func leasePath(id int64) string { return api.PathLeases + "/" + strconv.FormatIn
 func (c *Client) Grant(ctx context.Context, ttl time.Duration) (*api.LeaseGrantResponse, error) {
 	var resp api.LeaseGrantResponse
 	req := api.LeaseGrantRequest{TTL: int64(ttl / time.Second)}
-	if err := c.postJSON(ctx, api.PathLeases, req, &resp, true); err != nil {
+	overHTTP := func() error { return c.postJSON(ctx, api.PathLeases, req, &resp, true) }
+	if !c.opts.Stream {
+		return &resp, overHTTP()
+	}
+	sr, err := c.doStream(ctx, api.StreamRequest{Op: api.StreamLeaseGrant, TTL: time.Duration(req.TTL) * time.Second}, overHTTP)
+	if err != nil {
 		return nil, err
+	}
+	if sr != nil {
+		resp = api.LeaseGrantResponse{ID: sr.LeaseID, TTL: int64(sr.TTL / time.Second)}
 	}
 	return &resp, nil
 }
@@ -41,8 +49,18 @@ func (c *Client) Grant(ctx context.Context, ttl time.Duration) (*api.LeaseGrantR
 func (c *Client) KeepAliveOnce(ctx context.Context, id int64) (*api.LeaseKeepAliveResponse, error) {
 	var resp api.LeaseKeepAliveResponse
 	// A keepalive is idempotent: retried like a read.
-	if err := c.do(ctx, call{method: http.MethodPost, path: leasePath(id) + "/keepalive"}, &resp); err != nil {
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodPost, path: leasePath(id) + "/keepalive"}, &resp)
+	}
+	if !c.opts.Stream {
+		return &resp, overHTTP()
+	}
+	sr, err := c.doStream(ctx, api.StreamRequest{Op: api.StreamLeaseKeepAlive, LeaseID: id}, overHTTP)
+	if err != nil {
 		return nil, err
+	}
+	if sr != nil {
+		resp = api.LeaseKeepAliveResponse{ID: id, TTL: int64(sr.TTL / time.Second), TTLMillis: sr.TTL.Milliseconds()}
 	}
 	return &resp, nil
 }
@@ -50,8 +68,18 @@ func (c *Client) KeepAliveOnce(ctx context.Context, id int64) (*api.LeaseKeepAli
 // Revoke deletes lease id and every key attached to it, at one revision.
 func (c *Client) Revoke(ctx context.Context, id int64) (*api.LeaseRevokeResponse, error) {
 	var resp api.LeaseRevokeResponse
-	if err := c.do(ctx, call{method: http.MethodDelete, path: leasePath(id), write: true}, &resp); err != nil {
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodDelete, path: leasePath(id), write: true}, &resp)
+	}
+	if !c.opts.Stream {
+		return &resp, overHTTP()
+	}
+	sr, err := c.doStream(ctx, api.StreamRequest{Op: api.StreamLeaseRevoke, LeaseID: id}, overHTTP)
+	if err != nil {
 		return nil, err
+	}
+	if sr != nil {
+		resp = api.LeaseRevokeResponse{Revision: sr.Revision, Deleted: sr.Deleted}
 	}
 	return &resp, nil
 }
@@ -81,9 +109,21 @@ func (c *Client) PutLease(ctx context.Context, key string, value []byte, lease i
 	}
 	var resp api.PutResponse
 	q := url.Values{api.ParamLease: {strconv.FormatInt(lease, 10)}}
-	err := c.do(ctx, call{method: http.MethodPut, path: keyPath(key), query: q, body: value,
-		ctype: "application/octet-stream", write: true}, &resp)
-	return resp.Revision, err
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodPut, path: keyPath(key), query: q, body: value,
+			ctype: "application/octet-stream", write: true}, &resp)
+	}
+	if !c.opts.Stream {
+		return resp.Revision, overHTTP()
+	}
+	sr, err := c.doStream(ctx, api.StreamRequest{Op: api.StreamPut, Key: []byte(key), Value: value, HasLease: true, LeaseID: lease}, overHTTP)
+	if err != nil {
+		return 0, err
+	}
+	if sr != nil {
+		resp.Revision = sr.Revision
+	}
+	return resp.Revision, nil
 }
 
 // KeepAlive keeps lease id alive until ctx ends, from a goroutine it starts: it sends

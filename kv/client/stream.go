@@ -45,6 +45,9 @@ type streamConn struct {
 	conn  net.Conn
 	flush chan struct{}
 	done  chan struct{} // closed when the connection is dead
+	// leases: the node serves the lease ops (api.StreamFeatureLeases in its upgrade
+	// answer); a node of an older release is asked over HTTP.
+	leases bool
 
 	wmu sync.Mutex
 	bw  *bufio.Writer
@@ -116,7 +119,8 @@ func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg 
 	}
 	conn.SetDeadline(time.Time{})
 	c := &streamConn{conn: conn, flush: make(chan struct{}, 1), done: make(chan struct{}),
-		bw: bufio.NewWriterSize(conn, 64<<10), pending: map[uint64]chan streamResult{}}
+		bw: bufio.NewWriterSize(conn, 64<<10), pending: map[uint64]chan streamResult{},
+		leases: headerHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureLeases)}
 	go c.readLoop(br)
 	go c.flusher()
 	return c, nil
@@ -212,6 +216,18 @@ func (c *streamConn) readLoop(br *bufio.Reader) {
 	}
 }
 
+// headerHasToken reports whether a comma-separated header name lists token.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // fail marks the connection dead and fails every request in flight.
 func (c *streamConn) fail(err error) {
 	c.mu.Lock()
@@ -298,10 +314,16 @@ func (c *Client) Close() error {
 // answers instead.
 func (c *Client) doStream(ctx context.Context, req api.StreamRequest, fallback func() error) (*api.StreamResponse, error) {
 	var resp *api.StreamResponse
-	err := c.retry(ctx, req.Op != api.StreamGet, func(base string) (time.Duration, error) {
+	// A keepalive is idempotent: retried like a read.
+	write := req.Op != api.StreamGet && req.Op != api.StreamLeaseKeepAlive
+	leaseOp := req.HasLease || req.Op == api.StreamLeaseGrant || req.Op == api.StreamLeaseKeepAlive || req.Op == api.StreamLeaseRevoke
+	err := c.retry(ctx, write, func(base string) (time.Duration, error) {
 		sc, err := c.streamTo(ctx, base)
 		if err != nil {
 			return 0, err
+		}
+		if leaseOp && !sc.leases {
+			return 0, errNoStream // this node's stream predates leases: over HTTP
 		}
 		r := req
 		resp, err = sc.do(ctx, &r)
