@@ -105,7 +105,9 @@ type WatchOptions struct {
 	// Notify, when set, is called each time Next may have something new to return
 	// (events queued, the watch ended), from the hub's dispatcher or Close: it must
 	// not block. It lets a caller serve many watchers from one goroutine that polls
-	// Next with a done context instead of blocking a goroutine in each.
+	// Next with a done context instead of blocking a goroutine in each; with Notify,
+	// Next does not wait (an idle watch then holds no channel): it returns ctx's error
+	// once ctx is done, so it must be called with a done ctx.
 	Notify func()
 }
 
@@ -218,8 +220,10 @@ func (s *Store) Watch(opts WatchOptions) (*Watcher, error) {
 		return nil, fmt.Errorf("%w: negative start revision or buffer", ErrInvalidCommand)
 	}
 	h := s.watchHub()
-	w := &Watcher{s: s, key: bytes.Clone(opts.Key), end: opts.End, limit: opts.Buffer,
-		wake: make(chan struct{}, 1), notify: opts.Notify}
+	w := &Watcher{s: s, key: bytes.Clone(opts.Key), end: opts.End, limit: opts.Buffer, notify: opts.Notify}
+	if opts.Notify == nil {
+		w.wake = make(chan struct{}, 1) // a consumer that blocks in Next waits on it
+	}
 	if w.limit == 0 {
 		w.limit = DefaultWatchBuffer
 	}

@@ -18,7 +18,7 @@ type Watcher struct {
 	s        *Store
 	key, end []byte // end nil: key alone; end empty: no upper bound
 	limit    int
-	wake     chan struct{} // cap 1: the dispatcher queued something or ended the watch
+	wake     chan struct{} // cap 1: the dispatcher queued something or ended the watch; nil with notify
 	notify   func()        // WatchOptions.Notify
 	epoch    uint64        // hub epoch when the watch began
 

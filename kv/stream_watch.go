@@ -67,16 +67,16 @@ const maxPendingGroups = 4096
 // streamWatch is one watch of a connection.
 type streamWatch struct {
 	id       uint64
-	prevKV   bool
 	progress time.Duration
+	prevKV   bool
 
 	// Set when the start succeeded (under streamWatches.mu); then owned by the pump.
-	watcher  *fsm.Watcher
-	done     func()
 	live     bool
 	queued   bool // in ready (under readyMu)
 	canceled bool // the client canceled it (under streamWatches.mu)
-	due      time.Time
+	watcher  *fsm.Watcher
+	done     func()
+	due      int64 // next progress notification, Unix nanoseconds
 	last     int64 // last revision whose events were all written
 	// allow and revoked apply the connection token's current rights (watchRights):
 	// events of keys it may not read are dropped, and the watch ends once the token
@@ -246,7 +246,7 @@ func (c *streamConn) started(p pendingStart, watcher *fsm.Watcher, rev int64, do
 		w.last = start - 1
 	}
 	if w.progress > 0 {
-		w.due = time.Now().Add(w.progress)
+		w.due = time.Now().Add(w.progress).UnixNano()
 	}
 	// Answered under ws.mu, so that no frame of the pump's overtakes it.
 	c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchCreated, Revision: rev})
@@ -378,13 +378,13 @@ func (c *streamConn) progressDue(now time.Time) error {
 	ws.mu.Lock()
 	var due []*streamWatch
 	for _, w := range ws.byID {
-		if w.live && !w.canceled && w.progress > 0 && !now.Before(w.due) {
+		if w.live && !w.canceled && w.progress > 0 && now.UnixNano() >= w.due {
 			due = append(due, w)
 		}
 	}
 	ws.mu.Unlock()
 	for _, w := range due {
-		w.due = now.Add(w.progress)
+		w.due = now.Add(w.progress).UnixNano()
 		if rev, ok := w.watcher.Bookmark(); ok {
 			w.last = max(w.last, rev)
 			r := api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchProgress, Revision: rev}
