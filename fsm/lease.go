@@ -114,6 +114,9 @@ type leaseState struct {
 	// format 2, which nodes of the previous release restore (a cluster that still has
 	// one of them cannot grant: the command format gate refuses CmdLeaseGrant).
 	used bool
+	// gen counts the changes to the leases (grants, checkpoints, revokes, restores):
+	// observers of the leases skip a view whose gen they have seen.
+	gen uint64
 }
 
 func newLeaseState() leaseState {
@@ -121,7 +124,7 @@ func newLeaseState() leaseState {
 }
 
 func (ls leaseState) clone() leaseState {
-	return leaseState{leases: ls.leases.Clone(), attached: ls.attached.Clone(), used: ls.used}
+	return leaseState{leases: ls.leases.Clone(), attached: ls.attached.Clone(), used: ls.used, gen: ls.gen}
 }
 
 func (ls leaseState) get(id int64) (*Lease, bool) { return ls.leases.Get(&Lease{ID: id}) }
@@ -167,6 +170,7 @@ func (s *Store) leaseGrantLocked(id, ttl int64) *Result {
 	}
 	s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: id, TTL: ttl, Remaining: ttl, CheckpointIndex: s.cur.applied})
 	s.cur.ls.used = true
+	s.cur.ls.gen++
 	return &Result{Revision: s.cur.revision, Succeeded: true}
 }
 
@@ -183,6 +187,7 @@ func (s *Store) leaseCheckpointLocked(cps []LeaseCheckpoint) *Result {
 			all = false
 			continue
 		}
+		s.cur.ls.gen++
 		s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: l.ID, TTL: l.TTL, Remaining: min(max(cp.Remaining, 0), l.TTL),
 			CheckpointIndex: s.cur.applied})
 	}
@@ -217,6 +222,7 @@ func (s *Store) leaseRevokeLocked(ids []int64) *Result {
 			deleted++
 		}
 		s.cur.ls.leases.Delete(&Lease{ID: id})
+		s.cur.ls.gen++
 	}
 	if deleted > 0 {
 		s.cur.revision = rev
@@ -233,6 +239,16 @@ func (v *View) Lease(id int64) (Lease, bool) {
 		return Lease{}, false
 	}
 	return *l, true
+}
+
+// LeaseGen changes whenever the view's leases differ from an earlier view's (a
+// grant, a checkpoint, a revoke, a restore): a view with the gen of one already
+// looked at holds the same leases.
+func (v *View) LeaseGen() uint64 { return v.st.ls.gen }
+
+// RangeLeases calls fn with every lease of the view, by ID, until it returns false.
+func (v *View) RangeLeases(fn func(Lease) bool) {
+	v.st.ls.leases.Ascend(func(l *Lease) bool { return fn(*l) })
 }
 
 // Leases returns every lease of the view, by ID.

@@ -149,6 +149,7 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	st.ls.gen = s.cur.ls.gen + 1 // whatever it held, observers look again
 	s.cur = st
 	s.pending = pending
 	s.restoredLocked()

@@ -38,6 +38,7 @@ const (
 
 // seenCheckpoint is when this node first saw a lease's last checkpoint applied.
 type seenCheckpoint struct {
+	scan      uint64 // the observe pass that last found the lease
 	index     uint64
 	at        time.Time
 	remaining time.Duration
@@ -71,6 +72,10 @@ type lessor struct {
 		promised map[int64]time.Time
 		pending  []*renewal // keepalives waiting for a renewal entry
 		renewing bool
+		// gen is the fsm.View.LeaseGen observe last looked at (valid once scans > 0):
+		// a view with the same leases is not scanned again. scans counts the passes.
+		gen   uint64
+		scans uint64
 	}
 
 	cancel context.CancelFunc
@@ -137,28 +142,36 @@ func (l *lessor) run(ctx context.Context) {
 }
 
 // observe notes, at now, the checkpoints of v not seen before, forgets revoked leases
-// and, on the leader, starts a deadline for leases granted since the last poll.
+// and, on the leader, starts a deadline for leases granted since the last poll. A view
+// whose leases are those of the last one observed (fsm.View.LeaseGen) costs nothing:
+// every node polls, and a scan of tens of thousands of leases every 50 ms would cost
+// the cluster more than the lease calls themselves.
 func (l *lessor) observe(v *fsm.View, now time.Time) {
-	leases := v.Leases()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	live := make(map[int64]bool, len(leases))
-	for _, ls := range leases {
-		live[ls.ID] = true
+	if gen := v.LeaseGen(); l.mu.scans > 0 && gen == l.mu.gen {
+		return
+	}
+	l.mu.gen = v.LeaseGen()
+	l.mu.scans++
+	scan := l.mu.scans
+	v.RangeLeases(func(ls fsm.Lease) bool {
 		c, ok := l.mu.seen[ls.ID]
 		if !ok || c.index != ls.CheckpointIndex {
 			c = seenCheckpoint{index: ls.CheckpointIndex, at: now, remaining: time.Duration(ls.Remaining) * time.Millisecond,
 				ttl: time.Duration(ls.TTL) * time.Millisecond}
-			l.mu.seen[ls.ID] = c
 		}
+		c.scan = scan
+		l.mu.seen[ls.ID] = c
 		if l.mu.deadlines != nil {
 			if _, ok := l.mu.deadlines[ls.ID]; !ok {
 				l.mu.deadlines[ls.ID] = c.floor()
 			}
 		}
-	}
-	for id := range l.mu.seen {
-		if !live[id] {
+		return true
+	})
+	for id, c := range l.mu.seen {
+		if c.scan != scan {
 			delete(l.mu.seen, id)
 			if l.mu.deadlines != nil {
 				delete(l.mu.deadlines, id)
