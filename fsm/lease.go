@@ -115,8 +115,25 @@ type leaseState struct {
 	// one of them cannot grant: the command format gate refuses CmdLeaseGrant).
 	used bool
 	// gen counts the changes to the leases (grants, checkpoints, revokes, restores):
-	// observers of the leases skip a view whose gen they have seen.
-	gen uint64
+	// observers of the leases skip a view whose gen they have seen. changed[i] is the
+	// lease that change journalBase+i+1 touched; it is only appended to (a view's
+	// slice never sees later appends) and starts afresh at a restore or when long, so
+	// an observer catches up on a few changes without walking every lease.
+	gen         uint64
+	journalBase uint64
+	changed     []int64
+}
+
+// maxLeaseJournal bounds the changes a lease state remembers (8 bytes each).
+const maxLeaseJournal = 1 << 16
+
+// noteChange records a change to lease id.
+func (ls *leaseState) noteChange(id int64) {
+	if len(ls.changed) >= maxLeaseJournal {
+		ls.changed, ls.journalBase = nil, ls.gen
+	}
+	ls.gen++
+	ls.changed = append(ls.changed, id)
 }
 
 func newLeaseState() leaseState {
@@ -124,7 +141,8 @@ func newLeaseState() leaseState {
 }
 
 func (ls leaseState) clone() leaseState {
-	return leaseState{leases: ls.leases.Clone(), attached: ls.attached.Clone(), used: ls.used, gen: ls.gen}
+	return leaseState{leases: ls.leases.Clone(), attached: ls.attached.Clone(), used: ls.used,
+		gen: ls.gen, journalBase: ls.journalBase, changed: ls.changed[:len(ls.changed):len(ls.changed)]}
 }
 
 func (ls leaseState) get(id int64) (*Lease, bool) { return ls.leases.Get(&Lease{ID: id}) }
@@ -170,7 +188,7 @@ func (s *Store) leaseGrantLocked(id, ttl int64) *Result {
 	}
 	s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: id, TTL: ttl, Remaining: ttl, CheckpointIndex: s.cur.applied})
 	s.cur.ls.used = true
-	s.cur.ls.gen++
+	s.cur.ls.noteChange(id)
 	return &Result{Revision: s.cur.revision, Succeeded: true}
 }
 
@@ -187,7 +205,7 @@ func (s *Store) leaseCheckpointLocked(cps []LeaseCheckpoint) *Result {
 			all = false
 			continue
 		}
-		s.cur.ls.gen++
+		s.cur.ls.noteChange(l.ID)
 		s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: l.ID, TTL: l.TTL, Remaining: min(max(cp.Remaining, 0), l.TTL),
 			CheckpointIndex: s.cur.applied})
 	}
@@ -222,7 +240,7 @@ func (s *Store) leaseRevokeLocked(ids []int64) *Result {
 			deleted++
 		}
 		s.cur.ls.leases.Delete(&Lease{ID: id})
-		s.cur.ls.gen++
+		s.cur.ls.noteChange(id)
 	}
 	if deleted > 0 {
 		s.cur.revision = rev
@@ -245,6 +263,17 @@ func (v *View) Lease(id int64) (Lease, bool) {
 // grant, a checkpoint, a revoke, a restore): a view with the gen of one already
 // looked at holds the same leases.
 func (v *View) LeaseGen() uint64 { return v.st.ls.gen }
+
+// LeaseChangesSince returns the IDs of the leases changed (granted, checkpointed,
+// revoked) after LeaseGen gen up to the view's, oldest first and possibly repeated,
+// when the view still remembers them; ok false means: look at every lease. Read-only.
+func (v *View) LeaseChangesSince(gen uint64) (ids []int64, ok bool) {
+	ls := &v.st.ls
+	if gen < ls.journalBase || gen > ls.gen {
+		return nil, false
+	}
+	return ls.changed[gen-ls.journalBase:], true
+}
 
 // RangeLeases calls fn with every lease of the view, by ID, until it returns false.
 func (v *View) RangeLeases(fn func(Lease) bool) {

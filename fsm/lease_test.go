@@ -265,6 +265,15 @@ func TestLeaseGen(t *testing.T) {
 	moved("checkpoint", true)
 	mustApply(t, s, revoke(7))
 	moved("revoke", true)
+	mustApply(t, s, grant(8, 5000))
+	mustApply(t, s, grant(9, 5000))
+	if ids, ok := s.View().LeaseChangesSince(gens[1]); !ok || !reflect.DeepEqual(ids, []int64{7, 7, 8, 9}) {
+		t.Fatalf("changes since the grant of 7 = %v, %v; want 7 (checkpoint), 7 (revoke), 8, 9", ids, ok)
+	}
+	if _, ok := s.View().LeaseChangesSince(s.View().LeaseGen() + 1); ok {
+		t.Fatal("changes since a gen after the view's")
+	}
+	moved("two grants", true)
 	var buf bytes.Buffer
 	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
@@ -273,4 +282,7 @@ func TestLeaseGen(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved("restore", true)
+	if _, ok := s.View().LeaseChangesSince(gens[len(gens)-2]); ok {
+		t.Fatal("a restored store reports the changes of the state before it")
+	}
 }

@@ -149,7 +149,9 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.ls.gen = s.cur.ls.gen + 1 // whatever it held, observers look again
+	// Whatever it held, observers look at every lease again.
+	st.ls.gen = s.cur.ls.gen + 1
+	st.ls.journalBase = st.ls.gen
 	s.cur = st
 	s.pending = pending
 	s.restoredLocked()

@@ -76,6 +76,9 @@ type lessor struct {
 		// a view with the same leases is not scanned again. scans counts the passes.
 		gen   uint64
 		scans uint64
+		// nextExpiry is no later than the earliest deadline: expire looks at the
+		// deadlines only once it has passed (keepalives move deadlines later only).
+		nextExpiry time.Time
 	}
 
 	cancel context.CancelFunc
@@ -142,43 +145,68 @@ func (l *lessor) run(ctx context.Context) {
 }
 
 // observe notes, at now, the checkpoints of v not seen before, forgets revoked leases
-// and, on the leader, starts a deadline for leases granted since the last poll. A view
-// whose leases are those of the last one observed (fsm.View.LeaseGen) costs nothing:
-// every node polls, and a scan of tens of thousands of leases every 50 ms would cost
-// the cluster more than the lease calls themselves.
+// and, on the leader, starts a deadline for leases granted since the last poll. Every
+// node polls, so it must cost little with tens of thousands of leases: a view whose
+// leases are those last observed (fsm.View.LeaseGen; an older view too) costs nothing,
+// and a newer one costs the leases changed since (fsm.View.LeaseChangesSince); only
+// the first view, or one after a restore, is walked whole.
 func (l *lessor) observe(v *fsm.View, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if gen := v.LeaseGen(); l.mu.scans > 0 && gen == l.mu.gen {
-		return
+	gen := v.LeaseGen()
+	if l.mu.scans > 0 {
+		if gen <= l.mu.gen {
+			return
+		}
+		if ids, ok := v.LeaseChangesSince(l.mu.gen); ok {
+			for _, id := range ids {
+				if ls, ok := v.Lease(id); ok {
+					l.noteLocked(ls, now, l.mu.scans)
+				} else {
+					l.forgetLocked(id)
+				}
+			}
+			l.mu.gen = gen
+			return
+		}
 	}
-	l.mu.gen = v.LeaseGen()
+	l.mu.gen = gen
 	l.mu.scans++
 	scan := l.mu.scans
 	v.RangeLeases(func(ls fsm.Lease) bool {
-		c, ok := l.mu.seen[ls.ID]
-		if !ok || c.index != ls.CheckpointIndex {
-			c = seenCheckpoint{index: ls.CheckpointIndex, at: now, remaining: time.Duration(ls.Remaining) * time.Millisecond,
-				ttl: time.Duration(ls.TTL) * time.Millisecond}
-		}
-		c.scan = scan
-		l.mu.seen[ls.ID] = c
-		if l.mu.deadlines != nil {
-			if _, ok := l.mu.deadlines[ls.ID]; !ok {
-				l.mu.deadlines[ls.ID] = c.floor()
-			}
-		}
+		l.noteLocked(ls, now, scan)
 		return true
 	})
 	for id, c := range l.mu.seen {
 		if c.scan != scan {
-			delete(l.mu.seen, id)
-			if l.mu.deadlines != nil {
-				delete(l.mu.deadlines, id)
-				delete(l.mu.dirty, id)
-				delete(l.mu.promised, id)
-			}
+			l.forgetLocked(id)
 		}
+	}
+}
+
+// noteLocked records lease ls as found by observe pass scan at now.
+func (l *lessor) noteLocked(ls fsm.Lease, now time.Time, scan uint64) {
+	c, ok := l.mu.seen[ls.ID]
+	if !ok || c.index != ls.CheckpointIndex {
+		c = seenCheckpoint{index: ls.CheckpointIndex, at: now, remaining: time.Duration(ls.Remaining) * time.Millisecond,
+			ttl: time.Duration(ls.TTL) * time.Millisecond}
+	}
+	c.scan = scan
+	l.mu.seen[ls.ID] = c
+	if l.mu.deadlines != nil {
+		if _, ok := l.mu.deadlines[ls.ID]; !ok {
+			l.setDeadlineLocked(ls.ID, c.floor())
+		}
+	}
+}
+
+// forgetLocked drops a lease that no longer exists.
+func (l *lessor) forgetLocked(id int64) {
+	delete(l.mu.seen, id)
+	if l.mu.deadlines != nil {
+		delete(l.mu.deadlines, id)
+		delete(l.mu.dirty, id)
+		delete(l.mu.promised, id)
 	}
 }
 
@@ -207,7 +235,7 @@ func (l *lessor) takeOver(ctx context.Context, term uint64) bool {
 	l.mu.dirty = make(map[int64]bool)
 	l.mu.promised = make(map[int64]time.Time)
 	for id, c := range l.mu.seen {
-		l.mu.deadlines[id] = c.floor()
+		l.setDeadlineLocked(id, c.floor())
 	}
 	l.log.Info("lessor leading", "term", term, "leases", len(l.mu.deadlines))
 	return true
@@ -219,18 +247,43 @@ func (l *lessor) abdicate() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.term, l.mu.deadlines, l.mu.dirty, l.mu.promised = 0, nil, nil, nil
+	l.mu.nextExpiry = time.Time{}
+}
+
+// setDeadlineLocked starts lease id's deadline at d (the leader's).
+func (l *lessor) setDeadlineLocked(id int64, d time.Time) {
+	l.mu.deadlines[id] = d
+	if l.mu.nextExpiry.IsZero() || d.Before(l.mu.nextExpiry) {
+		l.mu.nextExpiry = d
+	}
 }
 
 // expire revokes, in one command, every lease whose deadline has passed.
 func (l *lessor) expire(ctx context.Context) {
 	now := time.Now()
 	l.mu.Lock()
+	if now.Before(l.mu.nextExpiry) {
+		l.mu.Unlock()
+		return
+	}
 	var ids []int64
+	var next time.Time
 	for id, d := range l.mu.deadlines {
-		if !now.Before(d) && len(ids) < fsm.MaxLeaseBatch {
-			ids = append(ids, id)
+		switch {
+		case !now.Before(d):
+			if len(ids) < fsm.MaxLeaseBatch {
+				ids = append(ids, id)
+			}
+		case next.IsZero() || d.Before(next):
+			next = d
 		}
 	}
+	if len(ids) > 0 {
+		// Look again at the next poll: until the revoke applies (or if it fails, or
+		// more than a batch was due) these leases are still here.
+		next = now
+	}
+	l.mu.nextExpiry = next
 	l.mu.Unlock()
 	if len(ids) == 0 {
 		return

@@ -125,3 +125,41 @@ func TestLessorKeepAlive(t *testing.T) {
 		t.Fatalf("keepalive on a follower: %v", err)
 	}
 }
+
+// TestLessorObservesChangesOnly: after a first walk of every lease, the lessor keeps
+// up from the leases changed since (grants, checkpoints, revokes), and ends where a
+// fresh lessor walking every lease ends.
+func TestLessorObservesChangesOnly(t *testing.T) {
+	st, l := newLessorFixture(t)
+	for id := int64(1); id <= 3; id++ {
+		mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: id, LeaseTTL: 5000})
+	}
+	t0 := time.Now()
+	l.observe(st.FSM().View(), t0)
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseRevoke, LeaseIDs: []int64{2}})
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseCheckpoint, Checkpoints: []fsm.LeaseCheckpoint{{ID: 3, Remaining: 1000}}})
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: 4, LeaseTTL: 5000})
+	t1 := t0.Add(time.Second)
+	scans := l.mu.scans
+	l.observe(st.FSM().View(), t1)
+	if l.mu.scans != scans {
+		t.Fatal("the lessor walked every lease again to see three changes")
+	}
+	fresh := newLessor(st, hclog.NewNullLogger())
+	fresh.observe(st.FSM().View(), t1)
+	if len(l.mu.seen) != 3 || len(fresh.mu.seen) != 3 {
+		t.Fatalf("seen %v, a fresh lessor %v: want leases 1, 3, 4", l.mu.seen, fresh.mu.seen)
+	}
+	for id, f := range fresh.mu.seen {
+		c, ok := l.mu.seen[id]
+		if !ok || c.index != f.index || c.remaining != f.remaining || c.ttl != f.ttl {
+			t.Errorf("lease %d: incremental %+v, fresh %+v", id, c, f)
+		}
+	}
+	if c := l.mu.seen[1]; !c.at.Equal(t0) {
+		t.Errorf("lease 1 unchanged since the first walk, seen at %v, want %v", c.at, t0)
+	}
+	if c := l.mu.seen[3]; !c.at.Equal(t1) || c.remaining != time.Second {
+		t.Errorf("lease 3 checkpointed: %+v, want seen at %v with 1s remaining", c, t1)
+	}
+}

@@ -91,7 +91,10 @@ func (s *suite) leases(ctx context.Context, d Driver, lead int) {
 		_, err := ld.Grant(ctx, node(w), w, ttl)
 		return err
 	}
-	s.record(fmt.Sprintf("leasegrant%d", s.cfg.clients), runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: grant}))
+	name := fmt.Sprintf("leasegrant%d", s.cfg.clients)
+	wait := s.profileCPU(ctx, name, lead, s.cfg.warm, int(s.cfg.writeDur.Seconds())-1)
+	s.record(name, runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: grant}))
+	wait()
 
 	ids := make([]int64, leaseKept)
 	for i := range ids {
@@ -107,5 +110,8 @@ func (s *suite) leases(ctx context.Context, d Driver, lead int) {
 		i := w + int(next[w].Add(1)-1)*s.cfg.clients
 		return ld.KeepAliveOnce(ctx, node(w), w, ids[i%leaseKept])
 	}
-	s.record(fmt.Sprintf("keepalive%d", s.cfg.clients), runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.readDur, op: keep}))
+	name = fmt.Sprintf("keepalive%d", s.cfg.clients)
+	wait = s.profileCPU(ctx, name, lead, s.cfg.warm, int(s.cfg.readDur.Seconds())-1)
+	s.record(name, runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.readDur, op: keep}))
+	wait()
 }

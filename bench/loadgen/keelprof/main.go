@@ -49,6 +49,7 @@ func main() {
 	certFile := fs.String("cert-file", "", "node certificate")
 	keyFile := fs.String("key-file", "", "node key")
 	verifyClients := fs.Bool("verify-clients", false, "require client certificates")
+	aclDefault := fs.String("acl-default", "", "allow or deny before ACLs are bootstrapped (as keel agent -acl-default)")
 	fs.Parse(args)
 
 	log := hclog.New(&hclog.LoggerOptions{Name: "keel", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
@@ -62,6 +63,9 @@ func main() {
 	cfg.Insecure = *insecure
 	cfg.TLS = tlsutil.Files{CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile}
 	cfg.VerifyClients = *verifyClients
+	if *aclDefault != "" {
+		cfg.KV.ACLDefault = *aclDefault
+	}
 	if *join != "" {
 		cfg.Raft.Join = strings.Split(*join, ",")
 	}
