@@ -38,7 +38,7 @@ const (
 
 // handleStream upgrades GET /v1/stream to the stream protocol.
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
-	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", api.StreamProtocol) {
+	if !api.HeaderHasToken(r.Header, "Connection", "upgrade") || !api.HeaderHasToken(r.Header, "Upgrade", api.StreamProtocol) {
 		return fmt.Errorf("%w: %s needs Connection: Upgrade and Upgrade: %s", ErrInvalidParam, api.PathStream, api.StreamProtocol)
 	}
 	s.streams.Lock()
@@ -64,24 +64,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		conn.Close()
 		return nil
 	}
-	c.watches.shared = headerHasToken(r.Header, api.HeaderStreamFeatures, api.StreamFeatureSharedEvents)
+	c.watches.shared = api.HeaderHasToken(r.Header, api.HeaderStreamFeatures, api.StreamFeatureSharedEvents)
 	go c.serve()
 	return nil
 }
 
 // streamFeatures is what this server offers beyond the protocol's first release.
 var streamFeatures = strings.Join([]string{api.StreamFeatureSharedEvents, api.StreamFeatureLeases}, ", ")
-
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 type streamConn struct {
 	s      *Server

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -88,6 +90,19 @@ const (
 	// StreamFlagPrev: a put or delete carries prev_revision (compare-and-swap).
 	StreamFlagPrev = 1 << 1
 )
+
+// HeaderHasToken reports whether header name of h lists token (comma-separated,
+// case-insensitive), as Connection, Upgrade and HeaderStreamFeatures do.
+func HeaderHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // ErrBadStreamFrame: bytes that are not a frame of the stream protocol.
 var ErrBadStreamFrame = errors.New("api: malformed stream frame")

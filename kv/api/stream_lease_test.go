@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bufio"
-	"bytes"
 	"reflect"
 	"testing"
 	"time"
@@ -28,15 +26,7 @@ var leaseResponses = []StreamResponse{
 // encoded; malformed lease requests are refused.
 func TestStreamLeaseRoundTrip(t *testing.T) {
 	for _, want := range leaseRequests {
-		b := AppendStreamRequest(nil, &want)
-		body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got StreamRequest
-		if err := DecodeStreamRequest(body, &got); err != nil {
-			t.Fatalf("decode %+v: %v", want, err)
-		}
+		got := roundTripRequest(t, want)
 		if want.Op != StreamPut {
 			want.Key = nil // an empty key decodes as nil
 			got.Key = nil
@@ -46,16 +36,7 @@ func TestStreamLeaseRoundTrip(t *testing.T) {
 		}
 	}
 	for _, want := range leaseResponses {
-		b := AppendStreamResponse(nil, &want)
-		body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got StreamResponse
-		if err := DecodeStreamResponse(body, &got); err != nil {
-			t.Fatalf("decode %+v: %v", want, err)
-		}
-		if !reflect.DeepEqual(got, want) {
+		if got, _ := roundTripResponse(t, want); !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip %+v → %+v", want, got)
 		}
 	}

@@ -7,6 +7,36 @@ import (
 	"testing"
 )
 
+// roundTripRequest encodes r as a frame, reads it back and decodes it.
+func roundTripRequest(t *testing.T, r StreamRequest) StreamRequest {
+	t.Helper()
+	body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(AppendStreamRequest(nil, &r))), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got StreamRequest
+	if err := DecodeStreamRequest(body, &got); err != nil {
+		t.Fatalf("decode %+v: %v", r, err)
+	}
+	return got
+}
+
+// roundTripResponse encodes r as a frame, reads it back and decodes it; it also
+// returns the frame.
+func roundTripResponse(t *testing.T, r StreamResponse) (StreamResponse, []byte) {
+	t.Helper()
+	b := AppendStreamResponse(nil, &r)
+	body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got StreamResponse
+	if err := DecodeStreamResponse(body, &got); err != nil {
+		t.Fatalf("decode %+v: %v", r, err)
+	}
+	return got, b
+}
+
 func TestStreamRoundTrip(t *testing.T) {
 	reqs := []StreamRequest{
 		{ID: 1, Op: StreamGet, Key: []byte("k")},
@@ -42,15 +72,7 @@ func TestStreamRoundTrip(t *testing.T) {
 		{ID: 4, Op: StreamPut, Err: &Error{Code: 409, Reason: ReasonConflict, Message: "nope"}},
 	}
 	for _, want := range resps {
-		b := AppendStreamResponse(nil, &want)
-		body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got StreamResponse
-		if err := DecodeStreamResponse(body, &got); err != nil {
-			t.Fatalf("decode %+v: %v", want, err)
-		}
+		got, b := roundTripResponse(t, want)
 		if !bytes.Equal(AppendStreamResponse(nil, &got), b) {
 			t.Fatalf("round trip %+v → %+v", want, got)
 		}

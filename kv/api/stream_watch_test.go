@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"reflect"
 	"testing"
@@ -34,29 +33,12 @@ var watchResponses = []StreamResponse{
 // encoded, and the shared-payload encoder writes the same bytes as the general one.
 func TestStreamWatchRoundTrip(t *testing.T) {
 	for _, want := range watchRequests {
-		b := AppendStreamRequest(nil, &want)
-		body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got StreamRequest
-		if err := DecodeStreamRequest(body, &got); err != nil {
-			t.Fatalf("decode %+v: %v", want, err)
-		}
-		if !reflect.DeepEqual(got, want) {
+		if got := roundTripRequest(t, want); !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip %+v → %+v", want, got)
 		}
 	}
 	for _, want := range watchResponses {
-		b := AppendStreamResponse(nil, &want)
-		body, err := ReadStreamFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got StreamResponse
-		if err := DecodeStreamResponse(body, &got); err != nil {
-			t.Fatalf("decode %+v: %v", want, err)
-		}
+		got, b := roundTripResponse(t, want)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip %+v → %+v", want, got)
 		}

@@ -120,7 +120,7 @@ func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg 
 	conn.SetDeadline(time.Time{})
 	c := &streamConn{conn: conn, flush: make(chan struct{}, 1), done: make(chan struct{}),
 		bw: bufio.NewWriterSize(conn, 64<<10), pending: map[uint64]chan streamResult{},
-		leases: headerHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureLeases)}
+		leases: api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureLeases)}
 	go c.readLoop(br)
 	go c.flusher()
 	return c, nil
@@ -214,18 +214,6 @@ func (c *streamConn) readLoop(br *bufio.Reader) {
 			ch <- r
 		}
 	}
-}
-
-// headerHasToken reports whether a comma-separated header name lists token.
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // fail marks the connection dead and fails every request in flight.

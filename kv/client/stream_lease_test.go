@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/kv"
-	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
-	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
 // TestStreamLeases: with Options.Stream, a grant, a put attached to the lease and a
@@ -62,38 +58,8 @@ func isStatus(err error, code int) bool {
 // TestStreamLeasesOldNode: a node whose stream upgrade does not offer leases (an
 // older release) is asked over HTTP, and the lease calls work.
 func TestStreamLeasesOldNode(t *testing.T) {
-	store := kvtest.New()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != api.PathStream {
-			srv.Handler().ServeHTTP(w, r)
-			return
-		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.StreamProtocol + "\r\n\r\n")
-		brw.Flush()
-		for {
-			body, err := api.ReadStreamFrame(brw.Reader, api.MaxStreamFrame)
-			if err != nil {
-				return
-			}
-			var req api.StreamRequest
-			api.DecodeStreamRequest(body, &req)
-			conn.Write(api.AppendStreamResponse(nil, &api.StreamResponse{ID: req.ID, Op: req.Op,
-				Err: &api.Error{Code: 400, Reason: api.ReasonBadRequest, Message: "api: malformed stream frame: unknown op"}}))
-		}
-	})
-	hs := httptest.NewServer(old)
-	defer hs.Close()
-	f := &fixture{store: store, url: hs.URL, sent: &countingTransport{}}
-	c := f.streamClient(t, hs.URL)
+	f := oldStreamNode(t)
+	c := f.streamClient(t, f.url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	g, err := c.Grant(ctx, 30*time.Second)

@@ -20,6 +20,44 @@ import (
 	"github.com/keel-kv/keel/raft"
 )
 
+// oldStreamNode serves a node of the first stream release: its upgrade offers no
+// feature, and it answers every frame with a 400 (unknown op), as it would a watch or
+// a lease op; everything else is a real server's HTTP.
+func oldStreamNode(t *testing.T) *fixture {
+	t.Helper()
+	store := kvtest.New()
+	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != api.PathStream {
+			srv.Handler().ServeHTTP(w, r)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.StreamProtocol + "\r\n\r\n")
+		brw.Flush()
+		for {
+			body, err := api.ReadStreamFrame(brw.Reader, api.MaxStreamFrame)
+			if err != nil {
+				return
+			}
+			var req api.StreamRequest
+			api.DecodeStreamRequest(body, &req)
+			conn.Write(api.AppendStreamResponse(nil, &api.StreamResponse{ID: req.ID, Op: req.Op,
+				Err: &api.Error{Code: 400, Reason: api.ReasonBadRequest, Message: "api: malformed stream frame: unknown op"}}))
+		}
+	})
+	hs := httptest.NewServer(old)
+	t.Cleanup(hs.Close)
+	return &fixture{store: store, url: hs.URL, sent: &countingTransport{}}
+}
+
 func (f *fixture) streamClient(t testing.TB, addrs ...string) *client.Client {
 	t.Helper()
 	c, err := client.New(addrs, client.Options{HTTPClient: &http.Client{Transport: f.sent}, Stream: true,

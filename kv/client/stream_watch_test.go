@@ -273,38 +273,8 @@ func BenchmarkStreamWatchFanOut1000(b *testing.B) {
 // a watch frame with a 400 (unknown op); the client watches over HTTP instead and
 // gets every event.
 func TestStreamWatchOldStreamNode(t *testing.T) {
-	store := kvtest.New()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != api.PathStream {
-			srv.Handler().ServeHTTP(w, r)
-			return
-		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.StreamProtocol + "\r\n\r\n")
-		brw.Flush()
-		for {
-			body, err := api.ReadStreamFrame(brw.Reader, api.MaxStreamFrame)
-			if err != nil {
-				return
-			}
-			var req api.StreamRequest
-			api.DecodeStreamRequest(body, &req)
-			conn.Write(api.AppendStreamResponse(nil, &api.StreamResponse{ID: req.ID, Op: req.Op,
-				Err: &api.Error{Code: 400, Reason: api.ReasonBadRequest, Message: "api: malformed stream frame: unknown op 4"}}))
-		}
-	})
-	hs := httptest.NewServer(old)
-	defer hs.Close()
-	f := &fixture{store: store, url: hs.URL, sent: &countingTransport{}}
-	c := f.streamClient(t, hs.URL)
+	f := oldStreamNode(t)
+	c := f.streamClient(t, f.url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	events := c.Watch(ctx, "o/", client.WatchOptions{StartRevision: 1})
