@@ -339,7 +339,9 @@ func (s *suite) watch(ctx context.Context, cl Cluster, lead int) {
 		inflight int
 		prefix   string
 	}{{1, "watch.b2b."}, {max(1, s.cfg.watchInflight), "watch."}} {
+		wait := s.profileCPU(ctx, fmt.Sprintf("fanout%d", run.inflight), lead, 3*time.Second, int(s.cfg.watchDur.Seconds()))
 		st, err := s.watchFanOut(ctx, cl.Driver(), lead, run.inflight)
+		wait()
 		if err != nil {
 			s.fail("watch fan-out", err)
 			return
