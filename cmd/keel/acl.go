@@ -197,17 +197,13 @@ Operator rights: ` + strings.Join(api.OperatorRights, ", ") + `, or * for all.`,
 				p.Keys = append(p.Keys, api.ACLKeyRule{Prefix: k, Access: api.AccessWrite})
 			}
 			p.Operator = append(p.Operator, operator...)
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			out, err := c.ACLPolicyPut(ctx, p)
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), out)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				out, err := c.ACLPolicyPut(ctx, p)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), out)
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "policy JSON file, - for stdin")

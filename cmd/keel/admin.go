@@ -41,17 +41,13 @@ func newTxnCmd() *cobra.Command {
 			if err := dec.Decode(&req); err != nil {
 				return fmt.Errorf("txn %s: %w", file, err)
 			}
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			resp, err := c.Txn(ctx, &req)
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), resp)
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Txn(ctx, &req)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), resp)
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "transaction JSON file, - for stdin")
@@ -68,21 +64,17 @@ func newCompactCmd() *cobra.Command {
 			if err != nil || rev <= 0 {
 				return fmt.Errorf("compact: %q is not a positive revision", args[0])
 			}
-			c, err := newClient()
-			if err != nil {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Compact(ctx, rev)
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), resp)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "compacted at revision %d (current revision %d)\n", resp.CompactRevision, resp.Revision)
 				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			resp, err := c.Compact(ctx, rev)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "compacted at revision %d (current revision %d)\n", resp.CompactRevision, resp.Revision)
-			return err
+			})
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -160,29 +161,26 @@ func newDelCmd() *cobra.Command {
 		Short:   "Delete a key, or every key under a prefix with --prefix",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				var resp *api.DeleteResponse
+				var err error
+				switch {
+				case prefix:
+					resp, err = c.DeletePrefix(ctx, args[0])
+				case cmd.Flags().Changed("prev-revision"):
+					resp, err = c.DeleteCAS(ctx, args[0], prevRevision)
+				default:
+					resp, err = c.Delete(ctx, args[0])
+				}
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), resp)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %d (revision %d)\n", resp.Deleted, resp.Revision)
 				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			var resp *api.DeleteResponse
-			switch {
-			case prefix:
-				resp, err = c.DeletePrefix(ctx, args[0])
-			case cmd.Flags().Changed("prev-revision"):
-				resp, err = c.DeleteCAS(ctx, args[0], prevRevision)
-			default:
-				resp, err = c.Delete(ctx, args[0])
-			}
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %d (revision %d)\n", resp.Deleted, resp.Revision)
-			return err
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&prefix, "prefix", false, "delete every key starting with KEY")

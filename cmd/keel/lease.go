@@ -57,21 +57,17 @@ func newLeaseGrantCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("TTL %q: want a duration such as 10s", args[0])
 			}
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			g, err := c.Grant(ctx, ttl)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), g)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), g.ID)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				g, err := c.Grant(ctx, ttl)
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), g)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), g.ID)
+				return nil
+			})
 		},
 	}
 }
@@ -126,21 +122,17 @@ func newLeaseRevokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			r, err := c.Revoke(ctx, id)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lease %d revoked, %d keys deleted at revision %d\n", id, r.Deleted, r.Revision)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.Revoke(ctx, id)
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), r)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "lease %d revoked, %d keys deleted at revision %d\n", id, r.Deleted, r.Revision)
+				return nil
+			})
 		},
 	}
 }

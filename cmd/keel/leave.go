@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
 )
 
 func newLeaveCmd() *cobra.Command {
@@ -18,18 +20,14 @@ over first, the node leaves the Raft configuration, announces its departure by g
 and its process exits. Its data dir can then be removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			id, err := c.Leave(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s left the cluster\n", id)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				id, err := c.Leave(ctx)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s left the cluster\n", id)
+				return nil
+			})
 		},
 	}
 }
@@ -40,17 +38,13 @@ func newRemovePeerCmd() *cobra.Command {
 		Short: "Remove a server from the Raft configuration (it stops voting at once)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			if err := c.RemovePeer(ctx, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.RemovePeer(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+				return nil
+			})
 		},
 	}
 }
@@ -86,26 +80,22 @@ func newMembersCmd() *cobra.Command {
 		Short: "List the cluster's servers: addresses, gossip status, suffrage, leader, lag, release",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			members, err := c.Members(ctx)
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), api.MembersResponse{Members: members})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tGOSSIP\tSUFFRAGE\tLEADER\tAPPLIED\tTRAILING\tLAST CHANGE\tRELEASE")
-			for _, m := range members {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%d\t%d\t%s\t%s\n", m.ID, dash(m.RaftAddr), dash(m.HTTPAddr),
-					m.Gossip, m.Suffrage, m.Leader, m.AppliedIdx, m.TrailingBy, dash(m.LastContact), dash(m.Release))
-			}
-			return tw.Flush()
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				members, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), api.MembersResponse{Members: members})
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tGOSSIP\tSUFFRAGE\tLEADER\tAPPLIED\tTRAILING\tLAST CHANGE\tRELEASE")
+				for _, m := range members {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%d\t%d\t%s\t%s\n", m.ID, dash(m.RaftAddr), dash(m.HTTPAddr),
+						m.Gossip, m.Suffrage, m.Leader, m.AppliedIdx, m.TrailingBy, dash(m.LastContact), dash(m.Release))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 }

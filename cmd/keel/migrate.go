@@ -66,25 +66,21 @@ func migrateActionCmd(use, short string, start bool) *cobra.Command {
 			if g, r, ok := strings.Cut(args[0], "/"); !ok || g == "" || r == "" || strings.Contains(r, "/") {
 				return fmt.Errorf("migrate %s: %q: want GROUP/RESOURCE, e.g. apps/widgets", use, args[0])
 			}
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			op := c.AbortMigration
-			if start {
-				op = c.StartMigration
-			}
-			st, err := op(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), st)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", st.Resource, describeMigration(st))
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				op := c.AbortMigration
+				if start {
+					op = c.StartMigration
+				}
+				st, err := op(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", st.Resource, describeMigration(st))
+				return nil
+			})
 		},
 	}
 }

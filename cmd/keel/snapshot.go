@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -18,38 +19,34 @@ func newSnapshotCmd() *cobra.Command {
 		Short: "Write a snapshot reflecting every acknowledged write to FILE",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			body, err := c.Snapshot(ctx)
-			if err != nil {
-				return err
-			}
-			defer body.Close()
-			// Write beside the target and rename, so FILE is either whole or untouched.
-			tmp, err := os.CreateTemp(filepath.Dir(args[0]), ".keel-snapshot-*")
-			if err != nil {
-				return err
-			}
-			defer os.Remove(tmp.Name())
-			n, err := io.Copy(tmp, body)
-			if err == nil {
-				err = tmp.Sync()
-			}
-			if cerr := tmp.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("snapshot save: %w", err)
-			}
-			if err := os.Rename(tmp.Name(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "saved %d bytes to %s\n", n, args[0])
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				body, err := c.Snapshot(ctx)
+				if err != nil {
+					return err
+				}
+				defer body.Close()
+				// Write beside the target and rename, so FILE is either whole or untouched.
+				tmp, err := os.CreateTemp(filepath.Dir(args[0]), ".keel-snapshot-*")
+				if err != nil {
+					return err
+				}
+				defer os.Remove(tmp.Name())
+				n, err := io.Copy(tmp, body)
+				if err == nil {
+					err = tmp.Sync()
+				}
+				if cerr := tmp.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("snapshot save: %w", err)
+				}
+				if err := os.Rename(tmp.Name(), args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "saved %d bytes to %s\n", n, args[0])
+				return nil
+			})
 		},
 	})
 	var forceForeign bool
@@ -62,26 +59,22 @@ every node in -addr and the command finds it. A snapshot of another cluster is r
 unless -force-foreign.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(args[0])
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			err = c.RestoreSnapshotWith(ctx, f, client.RestoreOptions{ForceForeign: forceForeign})
-			switch {
-			case err == nil:
-				fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s\n", args[0])
-				return nil
-			case client.IsRetriable(err):
-				return fmt.Errorf("snapshot restore: no node in -addr accepted it (is the leader listed?): %w", err)
-			}
-			return err // a bad file: no other node will take it either
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				err = c.RestoreSnapshotWith(ctx, f, client.RestoreOptions{ForceForeign: forceForeign})
+				switch {
+				case err == nil:
+					fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s\n", args[0])
+					return nil
+				case client.IsRetriable(err):
+					return fmt.Errorf("snapshot restore: no node in -addr accepted it (is the leader listed?): %w", err)
+				}
+				return err // a bad file: no other node will take it either
+			})
 		},
 	}
 	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a snapshot saved by another cluster (its data replaces this cluster's)")

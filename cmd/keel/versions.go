@@ -27,25 +27,21 @@ func newVersionsCmd() *cobra.Command {
 		Short: "Show, per resource, every node's storage versions, the common version and what is stored",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			rep, err := fetchReport(ctx, c)
-			if err != nil {
-				return err
-			}
-			// A node of a release without the migrator has no /v1/migrations: no line.
-			migs, _ := c.Migrations(ctx)
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), struct {
-					versions.Report
-					Migrations []migrate.Status `json:"migrations"`
-				}{*rep, migs})
-			}
-			return printVersions(cmd.OutOrStdout(), rep, migs, time.Now())
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				rep, err := fetchReport(ctx, c)
+				if err != nil {
+					return err
+				}
+				// A node of a release without the migrator has no /v1/migrations: no line.
+				migs, _ := c.Migrations(ctx)
+				if global.output == "json" {
+					return printJSON(cmd.OutOrStdout(), struct {
+						versions.Report
+						Migrations []migrate.Status `json:"migrations"`
+					}{*rep, migs})
+				}
+				return printVersions(cmd.OutOrStdout(), rep, migs, time.Now())
+			})
 		},
 	}
 }
@@ -143,31 +139,27 @@ Exits with status 1 when it is not safe.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := withTimeout(cmd)
-			defer cancel()
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			rep, err := fetchReport(ctx, c)
-			if err != nil {
-				return err
-			}
-			findings := versions.CheckUpgrade(s, rep)
-			if global.output == "json" {
-				if err := printJSON(cmd.OutOrStdout(), findings); err != nil {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				rep, err := fetchReport(ctx, c)
+				if err != nil {
 					return err
 				}
-			} else {
-				printFindings(cmd.OutOrStdout(), schemaFile, findings)
-			}
-			for _, f := range findings {
-				if !f.OK {
-					cmd.SilenceUsage = true
-					return errUnsafeUpgrade
+				findings := versions.CheckUpgrade(s, rep)
+				if global.output == "json" {
+					if err := printJSON(cmd.OutOrStdout(), findings); err != nil {
+						return err
+					}
+				} else {
+					printFindings(cmd.OutOrStdout(), schemaFile, findings)
 				}
-			}
-			return nil
+				for _, f := range findings {
+					if !f.OK {
+						cmd.SilenceUsage = true
+						return errUnsafeUpgrade
+					}
+				}
+				return nil
+			})
 		},
 	}
 	check.Flags().StringVar(&schemaFile, "schema", "", "schema file of the release to check (required)")
