@@ -70,7 +70,17 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 }
 
 // streamFeatures is what this server offers beyond the protocol's first release.
-var streamFeatures = strings.Join([]string{api.StreamFeatureSharedEvents, api.StreamFeatureLeases}, ", ")
+var streamFeatures = strings.Join([]string{api.StreamFeatureSharedEvents, api.StreamFeatureLeases,
+	api.StreamFeatureRequireLeader}, ", ")
+
+// leaderContact is nil while the node has leader contact (always, for a store that
+// cannot lose it), and says why not otherwise.
+func (s *Server) leaderContact() error {
+	if lc, ok := s.store.(interface{ LeaderContact() error }); ok {
+		return lc.LeaderContact()
+	}
+	return nil
+}
 
 type streamConn struct {
 	s      *Server

@@ -45,6 +45,8 @@ type streamWatches struct {
 	// shared: the client reads shared events frames (api.StreamFeatureSharedEvents);
 	// set before the connection serves.
 	shared bool
+	// needLeader: some watch of the connection required a leader (under mu).
+	needLeader bool
 
 	// Owned by the pump.
 	enc map[encKey][]byte // encoded events of recent revisions
@@ -71,13 +73,14 @@ type streamWatch struct {
 	prevKV   bool
 
 	// Set when the start succeeded (under streamWatches.mu); then owned by the pump.
-	live     bool
-	queued   bool // in ready (under readyMu)
-	canceled bool // the client canceled it (under streamWatches.mu)
-	watcher  *fsm.Watcher
-	done     func()
-	due      int64 // next progress notification, Unix nanoseconds
-	last     int64 // last revision whose events were all written
+	live          bool
+	queued        bool // in ready (under readyMu)
+	canceled      bool // the client canceled it (under streamWatches.mu)
+	requireLeader bool // ends when the node loses leader contact
+	watcher       *fsm.Watcher
+	done          func()
+	due           int64 // next progress notification, Unix nanoseconds
+	last          int64 // last revision whose events were all written
 	// allow and revoked apply the connection token's current rights (watchRights):
 	// events of keys it may not read are dropped, and the watch ends once the token
 	// is deleted. Both nil without ACLs.
@@ -126,6 +129,9 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 	if err == nil {
 		err = c.s.checkWatchStart(c.ctx, q)
 	}
+	if err == nil && req.RequireLeader {
+		err = c.s.leaderContact()
+	}
 	if err != nil {
 		fail(err)
 		return
@@ -151,7 +157,8 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 			ErrTooManyWatches, max))
 		return
 	}
-	w := &streamWatch{id: req.ID, prevKV: q.prevKV, progress: q.progress}
+	w := &streamWatch{id: req.ID, prevKV: q.prevKV, progress: q.progress, requireLeader: req.RequireLeader}
+	ws.needLeader = ws.needLeader || req.RequireLeader
 	w.allow, w.revoked = c.s.watchRights(c.ctx)
 	ws.byID[req.ID] = w
 	q.opts.Notify = func() { ws.markReady(w) }
@@ -284,7 +291,7 @@ func (c *streamConn) pump() {
 		select {
 		case <-ws.wake:
 		case now := <-tick.C:
-			if c.progressDue(now) != nil {
+			if c.progressDue(now) != nil || c.endLeaderless() != nil {
 				return
 			}
 			continue
@@ -446,6 +453,36 @@ func (c *streamConn) flushEvents() {
 	}
 	ws.pend = ws.pend[:0]
 	clear(ws.pendIdx)
+}
+
+// endLeaderless ends, with reason NoLeader, the watches that require a leader once
+// the node has lost leader contact (pump): their clients resume on another node
+// rather than wait, unknowing, for a partition to heal.
+func (c *streamConn) endLeaderless() error {
+	ws := &c.watches
+	ws.mu.Lock()
+	need := ws.needLeader
+	ws.mu.Unlock()
+	if !need {
+		return nil
+	}
+	lost := c.s.leaderContact()
+	if lost == nil {
+		return nil
+	}
+	var due []*streamWatch
+	ws.mu.Lock()
+	for _, w := range ws.byID {
+		if w.live && !w.canceled && w.requireLeader {
+			due = append(due, w)
+		}
+	}
+	ws.mu.Unlock()
+	for _, w := range due {
+		c.endWatch(w, &api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: w.last,
+			Reason: api.ReasonNoLeader, Message: "the node lost contact with the leader: " + lost.Error()})
+	}
+	return c.flushOut()
 }
 
 // endWatch writes w's last frame and forgets it (pump).

@@ -1,13 +1,18 @@
 package kv
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/raft"
 )
 
 func sendReq(t *testing.T, conn interface{ Write([]byte) (int, error) }, r api.StreamRequest) {
@@ -298,5 +303,70 @@ func TestStreamWatchSharedFrames(t *testing.T) {
 			t.Errorf("shared frames offered: %d frames for %d revisions to 4 watches, none shared", frames, len(revs))
 		}
 		conn.Close()
+	}
+}
+
+// leaderlessStore is a local store whose leader contact a test can cut.
+type leaderlessStore struct {
+	*kvtest.LocalStore
+	lost atomic.Bool
+}
+
+// newTestServerWith serves st, a LocalStore with leader contact.
+func newTestServerWith(t *testing.T, st *leaderlessStore) *testServer {
+	t.Helper()
+	srv, err := NewServer(DefaultConfig(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return &testServer{t: t, store: st.LocalStore, srv: srv, url: hs.URL}
+}
+
+func (s *leaderlessStore) LeaderContact() error {
+	if s.lost.Load() {
+		return fmt.Errorf("%w: test cut the node off", raft.ErrNoLeader)
+	}
+	return nil
+}
+
+// TestStreamWatchRequireLeader: a watch that requires a leader ends with reason
+// NoLeader at its last revision within a tick of the node losing leader contact, and
+// a new one is refused with 503 NoLeader; a watch without the flag goes on.
+func TestStreamWatchRequireLeader(t *testing.T) {
+	store := &leaderlessStore{LocalStore: kvtest.New()}
+	ts := newTestServerWith(t, store)
+	ts.put("rl/a", "0")
+	conn, br := rawStream(t, ts)
+	sendReq(t, conn, api.StreamRequest{ID: 1, Op: api.StreamWatch, Key: []byte("rl/"), Prefix: true, RequireLeader: true})
+	sendReq(t, conn, api.StreamRequest{ID: 2, Op: api.StreamWatch, Key: []byte("rl/"), Prefix: true})
+	for created := 0; created < 2; created++ {
+		if r := readResponse(t, br); r.Err != nil || r.Watch != api.StreamWatchCreated {
+			t.Fatalf("want created, got %+v (err %+v)", r, r.Err)
+		}
+	}
+	r1 := ts.put("rl/a", "1")
+	for got := 0; got < 2; got++ {
+		if r := readResponse(t, br); r.Watch != api.StreamWatchEvents || r.Revision != r1 {
+			t.Fatalf("want the events of %d, got %+v", r1, r)
+		}
+	}
+	store.lost.Store(true)
+	start := time.Now()
+	r := readResponse(t, br)
+	if r.ID != 1 || r.Watch != api.StreamWatchEnd || r.Reason != api.ReasonNoLeader || r.Revision != r1 {
+		t.Fatalf("after the node lost its leader: %+v, want watch 1's end, reason NoLeader, at %d", r, r1)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Fatalf("the watch ended %v after the node lost its leader", waited)
+	}
+	sendReq(t, conn, api.StreamRequest{ID: 3, Op: api.StreamWatch, Key: []byte("rl/"), Prefix: true, RequireLeader: true})
+	if r := readResponse(t, br); r.ID != 3 || r.Err == nil || r.Err.Code != http.StatusServiceUnavailable || r.Err.Reason != api.ReasonNoLeader {
+		t.Fatalf("a watch requiring a leader on a node without one: %+v (err %+v), want 503 NoLeader", r, r.Err)
+	}
+	r2 := ts.put("rl/a", "2") // the local store still applies: watch 2 goes on
+	if r := readResponse(t, br); r.ID != 2 || r.Watch != api.StreamWatchEvents || r.Revision != r2 {
+		t.Fatalf("watch 2 after the loss: %+v, want its events at %d", r, r2)
 	}
 }

@@ -54,6 +54,14 @@ func (n *Node) leaderContact() (string, error) {
 	return string(addr), nil
 }
 
+// LeaderContact is nil while this node leads or has heard from its leader within
+// HeartbeatTimeout, and an ErrNoLeader saying why otherwise. Watches that require a
+// leader end when it fails.
+func (n *Node) LeaderContact() error {
+	_, err := n.leaderContact()
+	return err
+}
+
 // contactContext checks leader contact now and returns a context that is cancelled,
 // with an ErrNoLeader cause, as soon as the node loses it.
 func (n *Node) contactContext() context.Context {

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,5 +122,60 @@ func testClusterWatchResumes(t *testing.T, stream bool) {
 	}
 	if n := rt.n.Load(); stream && n != 0 {
 		t.Fatalf("%d requests of the stream client went over HTTP", n)
+	}
+}
+
+// TestClusterWatchRequireLeader: a stream watch with RequireLeader on a follower whose
+// two peers stop ends (reason NoLeader) within about a heartbeat timeout, and the
+// client goes on trying to resume it (on a node with a leader it would succeed);
+// a watch without the flag on that node stays quiet, as etcd's does without
+// WithRequireLeader.
+func TestClusterWatchRequireLeader(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.waitConverged()
+	lead := c.leader()
+	f := (lead + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New([]string{c.agents[f].HTTPAddr()}, client.Options{Stream: true, MaxRetries: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resumed := make(chan error, 16)
+	events := cl.Watch(ctx, "rl/", client.WatchOptions{RequireLeader: true, Progress: time.Second,
+		OnResume: func(err error) {
+			select {
+			case resumed <- err:
+			default:
+			}
+		}})
+	if _, err := cl.Put(ctx, "rl/a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range events {
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		if ev.Type == api.EventPut {
+			break
+		}
+	}
+	for i := range c.agents {
+		if i != f {
+			c.stop(i)
+		}
+	}
+	stopped := time.Now()
+	select {
+	case err := <-resumed:
+		if !errors.Is(err, client.ErrWatchEnded) || !strings.Contains(err.Error(), api.ReasonNoLeader) {
+			t.Fatalf("the watch resumed after %v: %v, want the node's NoLeader end", time.Since(stopped), err)
+		}
+		if waited := time.Since(stopped); waited > 5*time.Second {
+			t.Fatalf("the watch ended %v after the node lost its peers", waited)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch of a node cut off from its leader did not end in 10 s")
 	}
 }

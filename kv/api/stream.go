@@ -121,6 +121,9 @@ type StreamRequest struct {
 	Prefix   bool
 	PrevKV   bool
 	Progress time.Duration // 0: no progress frames; whole milliseconds on the wire
+	// RequireLeader: the watch ends (reason NoLeader) once the node loses contact
+	// with the leader, and does not start without it (StreamFlagRequireLeader).
+	RequireLeader bool
 	// Leases (stream_lease.go): the lease of a lease op, or the one a put attaches to
 	// (HasLease); TTL is a grant's, whole seconds on the wire.
 	LeaseID  int64
@@ -397,6 +400,9 @@ func watchFlags(r *StreamRequest) byte {
 	}
 	if r.PrevKV {
 		flags |= StreamFlagPrevKV
+	}
+	if r.RequireLeader {
+		flags |= StreamFlagRequireLeader
 	}
 	return flags
 }

@@ -14,7 +14,8 @@ import (
 // revision (ResourceExpired), a linearizable start unless serializable.
 //
 //	watch   = id op=4 flags key:bytes start_revision:uvarint progress_ms:uvarint
-//	          flags: StreamFlagSerializable, StreamFlagPrefix, StreamFlagPrevKV
+//	          flags: StreamFlagSerializable, StreamFlagPrefix, StreamFlagPrevKV,
+//	          StreamFlagRequireLeader (only to a server offering StreamFeatureRequireLeader)
 //	          (start_revision 0 = after the latest; progress_ms 0 = no progress frames)
 //	cancel  = id op=5 flags=0 key:bytes (empty)   id: the watch's id
 //
@@ -55,7 +56,15 @@ const (
 	StreamFlagPrefix = 1 << 2
 	// StreamFlagPrevKV: events carry the key's previous version.
 	StreamFlagPrevKV = 1 << 3
+	// StreamFlagRequireLeader: the watch is refused (503 NoLeader) on a node without
+	// leader contact, and ends with reason NoLeader when the node loses it, so that
+	// the client resumes on a node that is not cut off (etcd's WithRequireLeader).
+	StreamFlagRequireLeader = 1 << 5
 )
+
+// StreamFeatureRequireLeader is the feature a server lists in its upgrade answer when
+// it takes StreamFlagRequireLeader (an older server refuses the flag with a 400).
+const StreamFeatureRequireLeader = "require-leader"
 
 // StreamWatchStatus says what a watch answer (op StreamWatch, Err nil) is.
 type StreamWatchStatus byte
@@ -208,13 +217,14 @@ func decodeWatchRequest(d binDecoder, flags byte, r *StreamRequest) {
 		}
 		return
 	}
-	if flags&^(StreamFlagSerializable|StreamFlagPrefix|StreamFlagPrevKV) != 0 {
+	if flags&^(StreamFlagSerializable|StreamFlagPrefix|StreamFlagPrevKV|StreamFlagRequireLeader) != 0 {
 		d.Fail("unknown watch flags %#x", flags)
 		return
 	}
 	r.Serializable = flags&StreamFlagSerializable != 0
 	r.Prefix = flags&StreamFlagPrefix != 0
 	r.PrevKV = flags&StreamFlagPrevKV != 0
+	r.RequireLeader = flags&StreamFlagRequireLeader != 0
 	r.Revision = d.int("start_revision")
 	ms := d.Uvarint("progress_ms")
 	if ms > uint64(MaxStreamProgress/time.Millisecond) {

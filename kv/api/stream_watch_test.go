@@ -9,7 +9,7 @@ import (
 
 var watchRequests = []StreamRequest{
 	{ID: 1, Op: StreamWatch, Key: []byte("a/"), Prefix: true, PrevKV: true, Revision: 7, Progress: 5 * time.Second},
-	{ID: 2, Op: StreamWatch, Key: []byte("k"), Serializable: true},
+	{ID: 2, Op: StreamWatch, Key: []byte("k"), Serializable: true, RequireLeader: true},
 	{ID: 3, Op: StreamWatch, Prefix: true},
 	{ID: 1, Op: StreamWatchCancel},
 }

@@ -48,6 +48,8 @@ type streamConn struct {
 	// leases: the node serves the lease ops (api.StreamFeatureLeases in its upgrade
 	// answer); a node of an older release is asked over HTTP.
 	leases bool
+	// requireLeader: the node takes api.StreamFlagRequireLeader on watches.
+	requireLeader bool
 
 	wmu sync.Mutex
 	bw  *bufio.Writer
@@ -120,7 +122,8 @@ func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg 
 	conn.SetDeadline(time.Time{})
 	c := &streamConn{conn: conn, flush: make(chan struct{}, 1), done: make(chan struct{}),
 		bw: bufio.NewWriterSize(conn, 64<<10), pending: map[uint64]chan streamResult{},
-		leases: api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureLeases)}
+		leases:        api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureLeases),
+		requireLeader: api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureRequireLeader)}
 	go c.readLoop(br)
 	go c.flusher()
 	return c, nil

@@ -144,7 +144,8 @@ func (c *streamConn) failWatchesLocked() {
 func (c *Client) watchOnceStream(ctx context.Context, sc *streamConn, prefix string, opts WatchOptions, next *int64,
 	ch chan<- WatchEvent) (progressed bool, err error) {
 	req := api.StreamRequest{Op: api.StreamWatch, Key: []byte(prefix), Revision: *next, Prefix: !opts.Key,
-		PrevKV: opts.PrevKV, Serializable: opts.Serializable, Progress: opts.Progress}
+		PrevKV: opts.PrevKV, Serializable: opts.Serializable, Progress: opts.Progress,
+		RequireLeader: opts.RequireLeader && sc.requireLeader}
 	sub, err := sc.watch(&req)
 	if err != nil {
 		return false, err

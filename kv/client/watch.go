@@ -34,6 +34,12 @@ type WatchOptions struct {
 	Serializable bool
 	// Buffer is the capacity of the returned channel (default 128).
 	Buffer int
+	// RequireLeader (etcd's WithRequireLeader): a node cut off from the leader
+	// refuses the watch, and ends it within a tick of losing contact (reason NoLeader),
+	// so the watch resumes on another node instead of falling behind unnoticed until
+	// the partition heals. Over the stream protocol (Options.Stream), on nodes of this
+	// release or later; elsewhere the watch runs without it.
+	RequireLeader bool
 	// OnResume, when set, is called from the watch's goroutine each time a stream
 	// ended and the watch is about to resume from the first revision it has not
 	// delivered: err says why (errors.Is(err, ErrWatchEnded) when the server ended it,
