@@ -90,10 +90,10 @@ func (o *RunResult) Summary() string {
 		verdict = "FAIL"
 	}
 	wc := o.Counts.Watch
-	return fmt.Sprintf("CHAOS %s scenario=%s backend=%s seed=%d faults=%d/%d ops=%d acked_writes=%d lin_reads=%d min_ops_per_fault=%d checked=%d unknown=%d resolved=%d nodes_checked=%d watchers=%d min_watch_events=%d watch_resumes=%d watch_slow=%d watch_compacted=%d%s ops/s=%.0f elapsed=%s",
+	return fmt.Sprintf("CHAOS %s scenario=%s backend=%s seed=%d faults=%d/%d ops=%d acked_writes=%d lin_reads=%d min_ops_per_fault=%d checked=%d unknown=%d resolved=%d nodes_checked=%d watchers=%d min_watch_events=%d watch_resumes=%d watch_slow=%d watch_noleader=%d watch_compacted=%d%s ops/s=%.0f elapsed=%s",
 		verdict, o.Scenario, o.Backend, o.Seed, o.Injected, len(o.Schedule.Steps), o.Report.Records, o.Counts.AckedWrites, o.Counts.LinearizableReads,
 		o.Counts.MinOpsPerFault, o.Report.KeyOps, o.Report.Unknown, o.Report.Resolved, len(o.Nodes),
-		wc.Watchers, wc.MinEvents, wc.Resumes, wc.Slow, wc.Compacted, o.Counts.Lease, o.OpsPerSec, o.Elapsed.Round(time.Second))
+		wc.Watchers, wc.MinEvents, wc.Resumes, wc.Slow, wc.NoLeader, wc.Compacted, o.Counts.Lease, o.OpsPerSec, o.Elapsed.Round(time.Second))
 }
 
 // RunScenario starts a cluster, runs the workload while the schedule injects faults,

@@ -64,8 +64,9 @@ type WatchLog struct {
 	Segments []WatchSegment
 	// Resumes counts the streams that ended and were resumed by the client (a node
 	// killed, paused or cut off, a stream the server ended); Slow counts those the
-	// server ended itself (SlowWatcher, Restored).
-	Resumes, Slow int
+	// server ended itself (SlowWatcher, Restored), NoLeader those a node ended on
+	// losing leader contact (the watchers require a leader).
+	Resumes, Slow, NoLeader int
 	// Compacted counts starts refused as compacted (410), each followed by a relist
 	// and a new segment.
 	Compacted int
@@ -85,7 +86,7 @@ func (l *WatchLog) Events() int {
 
 // WatchCounts is what CheckWatches counted, for the run's summary.
 type WatchCounts struct {
-	Watchers, MinEvents, Resumes, Slow, Compacted int
+	Watchers, MinEvents, Resumes, Slow, NoLeader, Compacted int
 }
 
 // Watchers runs a run's watchers from StartWatchers until Stop.
@@ -190,12 +191,19 @@ func (ws *Watchers) segment(ctx context.Context, cl *client.Client, prefix strin
 		ws.mu.Lock()
 		defer ws.mu.Unlock()
 		l.Resumes++
-		if errors.Is(err, client.ErrWatchEnded) {
+		switch {
+		case errors.Is(err, client.ErrWatchEnded) && strings.Contains(err.Error(), api.ReasonNoLeader):
+			l.NoLeader++
+			ws.logf("watcher %d: its node lost the leader, resuming elsewhere: %v", l.ID, err)
+		case errors.Is(err, client.ErrWatchEnded):
 			l.Slow++
 			ws.logf("watcher %d: ended by the server, resuming: %v", l.ID, err)
 		}
 	}
-	ch := cl.Watch(ctx, prefix, client.WatchOptions{StartRevision: start, Progress: watchProgress, OnResume: onResume})
+	// A watcher on a node cut off from the leader moves to another node rather than
+	// fall behind until the partition heals.
+	ch := cl.Watch(ctx, prefix, client.WatchOptions{StartRevision: start, Progress: watchProgress, OnResume: onResume,
+		RequireLeader: true})
 	for ev := range ch {
 		ws.mu.Lock()
 		switch ev.Type {
@@ -290,6 +298,7 @@ func CheckWatches(logs []WatchLog, tl *Timeline, prefix string, f Floors) (Watch
 	for i := range logs {
 		l := &logs[i]
 		cnt.Resumes, cnt.Slow, cnt.Compacted = cnt.Resumes+l.Resumes, cnt.Slow+l.Slow, cnt.Compacted+l.Compacted
+		cnt.NoLeader += l.NoLeader
 		if n := l.Events(); cnt.MinEvents < 0 || n < cnt.MinEvents {
 			cnt.MinEvents = n
 		}
