@@ -105,9 +105,11 @@ type Watchers struct {
 const watchProgress = time.Second
 
 // StartWatchers starts n watchers of prefix, each with its own client of every member
-// (each listing the members from a different one): even ones from revision 1, odd
-// ones from the revision after the current one. Backends that do not expose their
-// nodes' HTTP addresses get no watchers (and the watch floor fails).
+// (each listing the members from a different one): even ones from revision 1 over the
+// stream protocol (many watches on one connection, shared events frames, a node that
+// loses its leader ends them), odd ones from the revision after the current one over
+// HTTP. Backends that do not expose their nodes' HTTP addresses get no watchers (and
+// the watch floor fails).
 func StartWatchers(ctx context.Context, c Cluster, prefix string, n int, logf func(string, ...any)) *Watchers {
 	ctx, cancel := context.WithCancel(ctx)
 	ws := &Watchers{cancel: cancel, logf: logf}
@@ -123,7 +125,8 @@ func StartWatchers(ctx context.Context, c Cluster, prefix string, n int, logf fu
 			list = append(list, addrs.HTTPAddr(members[(i+j)%len(members)]))
 		}
 		cl, err := client.New(list, client.Options{MaxRetries: 2, MinBackoff: 20 * time.Millisecond,
-			MaxBackoff: 200 * time.Millisecond, DialTimeout: time.Second, TLS: tlsFor(list[0]), Token: clusterToken(c)})
+			MaxBackoff: 200 * time.Millisecond, DialTimeout: time.Second, TLS: tlsFor(list[0]), Token: clusterToken(c),
+			Stream: i%2 == 0})
 		if err != nil {
 			logf("watcher %d: %v", i, err)
 			continue
@@ -146,6 +149,7 @@ func StartWatchers(ctx context.Context, c Cluster, prefix string, n int, logf fu
 		ws.wg.Add(1)
 		go func() {
 			defer ws.wg.Done()
+			defer cl.Close() // its stream connections
 			ws.run(ctx, cl, prefix, start, l)
 		}()
 	}
