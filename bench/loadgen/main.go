@@ -102,7 +102,7 @@ func compareCmd(args []string) error {
 	fs.IntVar(&cfg.watchers, "watchers", cfg.watchers, "watch fan-out: watchers of one prefix (1 writer)")
 	fs.IntVar(&cfg.idleWatchers, "idle-watchers", cfg.idleWatchers, "watch memory: idle watchers on the leader (RSS growth reported per 10k)")
 	fs.DurationVar(&cfg.watchDur, "watch-dur", cfg.watchDur, "watch fan-out: measured time")
-	fs.IntVar(&cfg.watchInflight, "watch-inflight", cfg.watchInflight, "watch fan-out: the one writer's puts outstanding on its one connection in the second fan-out run (the first is back to back)")
+	fs.IntVar(&cfg.watchInflight, "watch-inflight", cfg.watchInflight, "watch fan-out: the one writer's puts outstanding on its one connection in the third fan-out run, the target's (the first is back to back, the second has 16)")
 	fs.Parse(args)
 	if *work == "" || *out == "" {
 		return errors.New("compare: -work and -out are required")

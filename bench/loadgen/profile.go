@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -16,10 +17,38 @@ import (
 // runs: it waits delay (the warm-up), then profiles for secs seconds. The returned
 // function waits for the captures. No-op unless profiling is on.
 func (s *suite) profileCPU(ctx context.Context, name string, lead int, delay time.Duration, secs int) func() {
-	if s.profileDir == "" || s.cl == nil || s.cl.PprofURL(lead) == "" {
+	if s.profileDir == "" {
 		return func() {}
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the load generator's own share: its clients are part of the result
+		defer wg.Done()
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		os.MkdirAll(s.profileDir, 0o755)
+		f, err := os.Create(filepath.Join(s.profileDir, fmt.Sprintf("%s-%s-loadgen.cpu.pprof", s.res.System, name)))
+		if err != nil {
+			log.Printf("profile: %v", err)
+			return
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Printf("profile: %v", err)
+			return
+		}
+		select {
+		case <-time.After(time.Duration(secs) * time.Second):
+		case <-ctx.Done():
+		}
+		pprof.StopCPUProfile()
+	}()
+	if s.cl == nil || s.cl.PprofURL(lead) == "" {
+		return wg.Wait
+	}
 	for _, n := range []int{lead, (lead + 1) % 3} {
 		role := "leader"
 		if n != lead {

@@ -77,6 +77,8 @@ func tableRows(cfg suiteConfig) []row {
 		row{name: "write p99 during/before compaction", unit: "×", value: metric("compact.p99_ratio"), lower: true, target: 1.2, onKeel: true},
 		row{name: fmt.Sprintf("watch fan-out, 1 writer back to back, %s watchers: events delivered", human(cfg.watchers)), unit: "events/s", value: metric("watch.b2b.events_per_sec")},
 		row{name: fmt.Sprintf("watch fan-out, 1 writer back to back, %s watchers: delivery p99", human(cfg.watchers)), unit: "ms", value: metric("watch.b2b.p99_ms"), lower: true},
+		row{name: fmt.Sprintf("watch fan-out, 1 writer (16 in flight), %s watchers: events delivered", human(cfg.watchers)), unit: "events/s", value: metric("watch.w16.events_per_sec")},
+		row{name: fmt.Sprintf("watch fan-out, 1 writer (16 in flight), %s watchers: delivery p99", human(cfg.watchers)), unit: "ms", value: metric("watch.w16.p99_ms"), lower: true},
 		row{name: fmt.Sprintf("watch fan-out, 1 writer (%d in flight), %s watchers: events delivered", max(1, cfg.watchInflight), human(cfg.watchers)), unit: "events/s", value: metric("watch.events_per_sec"), target: 2.0},
 		row{name: fmt.Sprintf("watch fan-out, 1 writer (%d in flight), %s watchers: delivery p99", max(1, cfg.watchInflight), human(cfg.watchers)), unit: "ms", value: metric("watch.p99_ms"), lower: true, target: 1.0},
 		row{name: "watch memory: leader RSS growth per 10k idle watchers", unit: "MiB", value: metric("watch.idle_mb_per_10k"), lower: true, target: 1.0},

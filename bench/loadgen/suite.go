@@ -50,7 +50,7 @@ func defaultSuiteConfig() suiteConfig {
 		compactKeys: 10_000, compactVersions: 1_000_000, compactClients: 16,
 		compactWindow: 10 * time.Second,
 		memKeys:       1_000_000, joinLimit: 5 * time.Minute,
-		watchers: 1000, idleWatchers: 10_000, watchDur: 8 * time.Second, watchInflight: 16,
+		watchers: 1000, idleWatchers: 10_000, watchDur: 8 * time.Second, watchInflight: 64,
 	}
 }
 
