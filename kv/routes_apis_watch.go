@@ -167,7 +167,7 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 	if err := ws.flush(); err != nil {
 		return nil
 	}
-	s.streamWatch(r.Context(), watcher, ws, tq.bookmarks)
+	s.streamWatch(r.Context(), watcher, ws, tq.bookmarks, nil)
 	return nil
 }
 

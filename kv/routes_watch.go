@@ -12,6 +12,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
 )
 
 // Bounds of ?progress=.
@@ -26,11 +27,14 @@ type watchReq struct {
 	prevKV   bool
 	progress time.Duration
 	cons     fsm.Consistency
+	// requireLeader: refused without leader contact, ended on losing it (HTTP; the
+	// stream protocol has its own flag).
+	requireLeader bool
 }
 
 func (s *Server) parseWatch(r *http.Request) (watchReq, error) {
 	p, err := parseParams(r, api.ParamPrefix, api.ParamStartRevision, api.ParamPrevKV,
-		api.ParamProgress, api.ParamConsistency)
+		api.ParamProgress, api.ParamConsistency, api.ParamRequireLeader)
 	if err != nil {
 		return watchReq{}, err
 	}
@@ -57,7 +61,20 @@ func (s *Server) parseWatch(r *http.Request) (watchReq, error) {
 	if err != nil {
 		return watchReq{}, err
 	}
-	return s.newWatchReq(r.PathValue("key"), prefix, start, prevKV, progress, cons)
+	requireLeader, err := p.bool(api.ParamRequireLeader)
+	if err != nil {
+		return watchReq{}, err
+	}
+	if v := r.Header.Get(api.HeaderRequireLeader); v != "" {
+		h, err := strconv.ParseBool(v)
+		if err != nil {
+			return watchReq{}, fmt.Errorf("%w: header %s: %q is not true or false", ErrInvalidParam, api.HeaderRequireLeader, v)
+		}
+		requireLeader = requireLeader || h
+	}
+	q, err := s.newWatchReq(r.PathValue("key"), prefix, start, prevKV, progress, cons)
+	q.requireLeader = requireLeader
+	return q, err
 }
 
 // newWatchReq validates a watch of key (or the prefix key), the same for HTTP and the
@@ -129,6 +146,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkWatchStart(r.Context(), q); err != nil {
 		return err
 	}
+	var lost context.Context // ends the watch on losing leader contact
+	if q.requireLeader {
+		if err := s.leaderContact(); err != nil {
+			return err
+		}
+		lost = s.contactContext()
+	}
 	allow, revoked := s.watchRights(r.Context())
 	ctx, cancel := s.requestContext(r)
 	watcher, rev, done, err := s.openWatch(ctx, q)
@@ -146,12 +170,24 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096), prevKV: q.prevKV,
-		writeTimeout: s.cfg.WriteTimeout, allow: allow, revoked: revoked}
+		writeTimeout: s.cfg.WriteTimeout, allow: allow, revoked: revoked, last: rev}
+	if q.opts.StartRevision > 0 {
+		ws.last = q.opts.StartRevision - 1
+	}
 	ws.enc = json.NewEncoder(ws.bw)
 	if err := ws.flush(); err != nil {
 		return nil
 	}
-	s.streamWatch(r.Context(), watcher, ws, q.progress)
+	s.streamWatch(r.Context(), watcher, ws, q.progress, lost)
+	return nil
+}
+
+// contactContext is live while the node has leader contact and is cancelled, with a
+// raft.ErrNoLeader cause, once it loses it; nil for a store that cannot lose it.
+func (s *Server) contactContext() context.Context {
+	if cc, ok := s.store.(interface{ ContactContext() context.Context }); ok {
+		return cc.ContactContext()
+	}
 	return nil
 }
 
@@ -200,14 +236,20 @@ type watchWriter interface {
 }
 
 // streamWatch copies the watcher's events to ws until the client goes away, the
-// server shuts down, or the watch ends (then with an end line).
-func (s *Server) streamWatch(ctx context.Context, watcher *fsm.Watcher, ws watchWriter, progress time.Duration) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// server shuts down, or the watch ends (then with an end line) — also, when lost is
+// set, once lost ends with a raft.ErrNoLeader cause (an end line of reason NoLeader).
+func (s *Server) streamWatch(ctx context.Context, watcher *fsm.Watcher, ws watchWriter, progress time.Duration,
+	lost context.Context) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if lost != nil {
+		stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
+		defer stop()
+	}
 	go func() {
 		select {
 		case <-s.watchStop:
-			cancel()
+			cancel(nil)
 		case <-ctx.Done():
 		}
 	}()
@@ -236,6 +278,9 @@ func pumpWatch(ctx context.Context, watcher *fsm.Watcher, ws watchWriter, progre
 				return
 			}
 		case ctx.Err() != nil:
+			if cause := context.Cause(ctx); errors.Is(cause, raft.ErrNoLeader) {
+				ws.end(cause)
+			}
 			return
 		case errors.Is(err, context.DeadlineExceeded): // progress is due
 			due = time.Now().Add(progress)
@@ -264,6 +309,7 @@ type watchStream struct {
 	// revoked, when set, fails once the watch's token is deleted: the watch then ends
 	// with a 401 line.
 	revoked func() error
+	last    int64 // the last revision whose events were all sent
 }
 
 // checkToken ends the watch when its token was deleted.
@@ -294,6 +340,7 @@ func (ws *watchStream) events(groups []*fsm.RevisionEvents) error {
 				}
 			}
 		}
+		ws.last = g.Revision
 		for i := range evs {
 			ev := &evs[i]
 			kv := toAPI(ev.KV)
@@ -318,6 +365,7 @@ func (ws *watchStream) progress(rev int64) error {
 	if err := ws.checkToken(); err != nil {
 		return err
 	}
+	ws.last = max(ws.last, rev)
 	return ws.line(api.WatchEvent{Type: api.EventProgress, Revision: rev})
 }
 
@@ -329,7 +377,13 @@ func (ws *watchStream) line(ev api.WatchEvent) error {
 }
 
 // end writes the END line for a watch that ended with err.
-func (ws *watchStream) end(err error) { ws.line(endLine(err)) }
+func (ws *watchStream) end(err error) {
+	line := endLine(err)
+	if line.Reason == api.ReasonNoLeader {
+		line.Revision = ws.last
+	}
+	ws.line(line)
+}
 
 // endLine is the END line of a watch that ended with err.
 func endLine(err error) api.WatchEvent {
@@ -347,6 +401,8 @@ func endLine(err error) api.WatchEvent {
 		line.Reason = api.ReasonRestored
 	case errors.Is(err, ErrUnauthorized):
 		line.Reason = api.ReasonUnauthorized
+	case errors.Is(err, raft.ErrNoLeader):
+		line.Reason = api.ReasonNoLeader
 	default:
 		line.Reason = api.ReasonInternal
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
 // watchStream opens GET path and returns a reader of its lines.
@@ -181,5 +182,72 @@ func TestWatchHTTPShutdownEndsWatches(t *testing.T) {
 	defer cancel()
 	if err := ts.srv.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+// TestWatchHTTPRequireLeader: an HTTP watch that requires a leader (the parameter, or
+// the header the Go client sends) ends with an END line of reason NoLeader at its
+// last revision once the node loses leader contact, and a new one is refused with 503
+// NoLeader; a watch without it goes on; a bad header value is a 400.
+func TestWatchHTTPRequireLeader(t *testing.T) {
+	store := &leaderlessStore{LocalStore: kvtest.New()}
+	ts := newTestServerWith(t, store)
+	ts.put("rl/a", "0")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open := func(query string, header bool) (*http.Response, func() api.WatchEvent) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.url+"/v1/watch/rl/?prefix=true"+query, nil)
+		if header {
+			req.Header.Set(api.HeaderRequireLeader, "true")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		sc := bufio.NewScanner(resp.Body)
+		return resp, func() api.WatchEvent {
+			t.Helper()
+			if !sc.Scan() {
+				t.Fatalf("watch stream ended: %v", sc.Err())
+			}
+			var ev api.WatchEvent
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		}
+	}
+	_, byParam := open("&require_leader=true", false)
+	_, byHeader := open("", true)
+	_, plain := open("", false)
+	r1 := ts.put("rl/a", "1")
+	for _, next := range []func() api.WatchEvent{byParam, byHeader, plain} {
+		if ev := next(); ev.Type != api.EventPut || ev.Revision != r1 {
+			t.Fatalf("want the put at %d, got %+v", r1, ev)
+		}
+	}
+	store.cut()
+	for name, next := range map[string]func() api.WatchEvent{"param": byParam, "header": byHeader} {
+		if ev := next(); ev.Type != api.EventEnd || ev.Reason != api.ReasonNoLeader || ev.Revision != r1 {
+			t.Fatalf("%s: after the node lost its leader: %+v, want END NoLeader at %d", name, ev, r1)
+		}
+	}
+	r2 := ts.put("rl/a", "2") // the local store still applies: the plain watch goes on
+	if ev := plain(); ev.Type != api.EventPut || ev.Revision != r2 {
+		t.Fatalf("plain watch after the loss: %+v, want the put at %d", ev, r2)
+	}
+	ts.expectError(http.MethodGet, "/v1/watch/rl/?prefix=true&require_leader=true", nil,
+		http.StatusServiceUnavailable, api.ReasonNoLeader)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.url+"/v1/watch/rl/?prefix=true", nil)
+	req.Header.Set(api.HeaderRequireLeader, "maybe")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e api.Error
+	if json.NewDecoder(resp.Body).Decode(&e); resp.StatusCode != http.StatusBadRequest || e.Reason != api.ReasonBadRequest {
+		t.Fatalf("header value maybe: %d %+v, want 400 BadRequest", resp.StatusCode, e)
 	}
 }

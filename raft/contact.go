@@ -62,6 +62,12 @@ func (n *Node) LeaderContact() error {
 	return err
 }
 
+// ContactContext is live while this node has leader contact, and is cancelled, with
+// an ErrNoLeader cause, within a tenth of HeartbeatTimeout of losing it (at once when
+// it has none now). Long requests that must not outlive the contact, as watches that
+// require a leader, end on it without polling.
+func (n *Node) ContactContext() context.Context { return n.contactContext() }
+
 // contactContext checks leader contact now and returns a context that is cancelled,
 // with an ErrNoLeader cause, as soon as the node loses it.
 func (n *Node) contactContext() context.Context {

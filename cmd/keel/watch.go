@@ -15,16 +15,17 @@ import (
 
 func newWatchCmd() *cobra.Command {
 	var (
-		key, prevKV, progress bool
-		revision              int64
+		key, prevKV, progress, requireLeader bool
+		revision                             int64
 	)
 	cmd := &cobra.Command{
 		Use:   "watch PREFIX",
 		Short: "Print every change under a prefix, one line per event, until interrupted",
 		Long: `Print every change under a prefix (or to one key with --key), in revision order,
 one line per event: "REVISION PUT key value" or "REVISION DELETE key". The watch
-resumes by itself on another node (from -addr) when its node fails. It has no
-deadline (-timeout does not apply); stop it with Ctrl-C.
+resumes by itself on another node (from -addr) when its node fails, or loses contact
+with the leader (--require-leader, on by default). It has no deadline (-timeout does
+not apply); stop it with Ctrl-C.
 
   keel watch config/                 changes from now on
   keel watch config/ --revision 42   changes from revision 42 on (replayed from history)
@@ -43,7 +44,8 @@ deadline (-timeout does not apply); stop it with Ctrl-C.
 			defer stop()
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
-			for ev := range c.Watch(ctx, args[0], client.WatchOptions{Key: key, StartRevision: revision, PrevKV: prevKV}) {
+			for ev := range c.Watch(ctx, args[0], client.WatchOptions{Key: key, StartRevision: revision, PrevKV: prevKV,
+				RequireLeader: requireLeader}) {
 				switch {
 				case ev.Err != nil:
 					if ctx.Err() != nil {
@@ -74,6 +76,7 @@ deadline (-timeout does not apply); stop it with Ctrl-C.
 	f.BoolVar(&key, "key", false, "watch the exact key, not the prefix")
 	f.BoolVar(&prevKV, "prev-kv", false, "with -o json: include each key's previous version")
 	f.BoolVar(&progress, "progress", false, "also print progress lines (the revision the watch is up to date with)")
+	f.BoolVar(&requireLeader, "require-leader", true, "move off a node that loses contact with the leader instead of falling behind with it")
 	f.Int64Var(&revision, "revision", 0, "first revision to print (0 = after the latest); must be above the compact revision")
 	return cmd
 }

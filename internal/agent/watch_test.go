@@ -125,11 +125,11 @@ func testClusterWatchResumes(t *testing.T, stream bool) {
 	}
 }
 
-// TestClusterWatchRequireLeader: a stream watch with RequireLeader on a follower whose
-// two peers stop ends (reason NoLeader) within about a heartbeat timeout, and the
-// client goes on trying to resume it (on a node with a leader it would succeed);
-// a watch without the flag on that node stays quiet, as etcd's does without
-// WithRequireLeader.
+// TestClusterWatchRequireLeader: a watch with RequireLeader on a follower whose two
+// peers stop ends (reason NoLeader) within about a heartbeat timeout, over the stream
+// protocol and over HTTP, and the client goes on trying to resume it (on a node with a
+// leader it would succeed); a watch without the flag on that node stays quiet, as
+// etcd's does without WithRequireLeader.
 func TestClusterWatchRequireLeader(t *testing.T) {
 	c := newTestCluster(t, 3)
 	c.waitConverged()
@@ -137,28 +137,33 @@ func TestClusterWatchRequireLeader(t *testing.T) {
 	f := (lead + 1) % 3
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New([]string{c.agents[f].HTTPAddr()}, client.Options{Stream: true, MaxRetries: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	resumed := make(chan error, 16)
-	events := cl.Watch(ctx, "rl/", client.WatchOptions{RequireLeader: true, Progress: time.Second,
-		OnResume: func(err error) {
-			select {
-			case resumed <- err:
-			default:
-			}
-		}})
-	if _, err := cl.Put(ctx, "rl/a", []byte("1")); err != nil {
-		t.Fatal(err)
-	}
-	for ev := range events {
-		if ev.Err != nil {
-			t.Fatal(ev.Err)
+	resumed := map[string]chan error{}
+	for _, stream := range []bool{true, false} {
+		name := map[bool]string{true: "stream", false: "http"}[stream]
+		cl, err := client.New([]string{c.agents[f].HTTPAddr()}, client.Options{Stream: stream, MaxRetries: 5})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ev.Type == api.EventPut {
-			break
+		defer cl.Close()
+		ch := make(chan error, 16)
+		resumed[name] = ch
+		events := cl.Watch(ctx, "rl/", client.WatchOptions{RequireLeader: true, Progress: time.Second,
+			OnResume: func(err error) {
+				select {
+				case ch <- err:
+				default:
+				}
+			}})
+		if _, err := cl.Put(ctx, "rl/"+name, []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		for ev := range events {
+			if ev.Err != nil {
+				t.Fatal(ev.Err)
+			}
+			if ev.Type == api.EventPut && ev.KV.Key == "rl/"+name {
+				break
+			}
 		}
 	}
 	for i := range c.agents {
@@ -167,15 +172,17 @@ func TestClusterWatchRequireLeader(t *testing.T) {
 		}
 	}
 	stopped := time.Now()
-	select {
-	case err := <-resumed:
-		if !errors.Is(err, client.ErrWatchEnded) || !strings.Contains(err.Error(), api.ReasonNoLeader) {
-			t.Fatalf("the watch resumed after %v: %v, want the node's NoLeader end", time.Since(stopped), err)
+	for name, ch := range resumed {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, client.ErrWatchEnded) || !strings.Contains(err.Error(), api.ReasonNoLeader) {
+				t.Fatalf("%s: the watch resumed after %v: %v, want the node's NoLeader end", name, time.Since(stopped), err)
+			}
+			if waited := time.Since(stopped); waited > 5*time.Second {
+				t.Fatalf("%s: the watch ended %v after the node lost its peers", name, waited)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the watch of a node cut off from its leader did not end in 10 s", name)
 		}
-		if waited := time.Since(stopped); waited > 5*time.Second {
-			t.Fatalf("the watch ended %v after the node lost its peers", waited)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch of a node cut off from its leader did not end in 10 s")
 	}
 }

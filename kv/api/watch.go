@@ -14,7 +14,17 @@ const (
 	// ParamProgress is the interval of progress lines (a Go duration such as "5s",
 	// between 100ms and 1h); absent = no progress lines.
 	ParamProgress = "progress"
+	// ParamRequireLeader = "true" (etcd's WithRequireLeader): a node without leader
+	// contact refuses the watch (503 NoLeader), and ends it with an END line of reason
+	// NoLeader within a tick of losing contact, so the client resumes on a node that
+	// is not cut off rather than fall behind unnoticed until the partition heals.
+	ParamRequireLeader = "require_leader"
 )
+
+// HeaderRequireLeader: "true" asks the same as ParamRequireLeader. The Go client sends
+// the header, which a node of a release before it ignores (the watch then runs without
+// the requirement), where the parameter would be refused as unknown.
+const HeaderRequireLeader = "Keel-Require-Leader"
 
 // ContentTypeWatch is the content type of a watch stream: one JSON WatchEvent per line.
 const ContentTypeWatch = "application/x-ndjson"
@@ -42,6 +52,9 @@ const ReasonSlowWatcher = "SlowWatcher"
 // ReasonRestored (END line): the answering node installed a snapshot; resume from
 // Revision+1, on this node or another.
 const ReasonRestored = "Restored"
+
+// An END line of reason ReasonNoLeader (errors.go): the watch required a leader and
+// the node lost contact with it; resume from Revision+1 on another node.
 
 // WatchEvent is one line of a watch stream.
 //

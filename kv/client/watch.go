@@ -37,8 +37,8 @@ type WatchOptions struct {
 	// RequireLeader (etcd's WithRequireLeader): a node cut off from the leader
 	// refuses the watch, and ends it within a tick of losing contact (reason NoLeader),
 	// so the watch resumes on another node instead of falling behind unnoticed until
-	// the partition heals. Over the stream protocol (Options.Stream), on nodes of this
-	// release or later; elsewhere the watch runs without it.
+	// the partition heals. Over the stream protocol and over HTTP, on nodes of this
+	// release or later; an older node runs the watch without it.
 	RequireLeader bool
 	// OnResume, when set, is called from the watch's goroutine each time a stream
 	// ended and the watch is about to resume from the first revision it has not
@@ -169,6 +169,9 @@ func (c *Client) watchOnce(ctx context.Context, base, prefix string, opts WatchO
 		return false, fmt.Errorf("client: %w", err)
 	}
 	c.authorize(req)
+	if opts.RequireLeader {
+		req.Header.Set(api.HeaderRequireLeader, "true") // ignored by an older node
+	}
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("client: watch %q: %w", prefix, err)
