@@ -52,11 +52,14 @@ func commandFormat(cmd *Command) byte {
 	return f
 }
 
-// Result formats: V2 adds each KeyValue's encoding tag; EncodeResult writes V1 unless a
-// KeyValue carries a tag, so a node of an older release can decode untagged results.
+// Result formats: V2 adds each KeyValue's encoding tag, V3 its lease. EncodeResult
+// writes V1 unless a KeyValue carries a tag, so a node of an older release can decode
+// untagged results; it never writes V3, which only EncodeResultWithLeases does, for a
+// node that said it decodes it.
 const (
 	resultFormatV1 byte = 1
 	resultFormatV2 byte = 2
+	resultFormatV3 byte = 3
 )
 
 // EncodeCommand encodes cmd for the Raft log.
@@ -261,12 +264,18 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 // EncodeResult encodes a Result for forwarding from the leader to the node a client
-// called.
-func EncodeResult(r *Result) ([]byte, error) {
+// called, without the keys' leases: a node of any release since v0.8 decodes it.
+func EncodeResult(r *Result) ([]byte, error) { return encodeResult(r, false) }
+
+// EncodeResultWithLeases is EncodeResult with each KeyValue's lease, for a node of
+// this release or later (older ones refuse the format it needs for a leased key).
+func EncodeResultWithLeases(r *Result) ([]byte, error) { return encodeResult(r, true) }
+
+func encodeResult(r *Result, leases bool) ([]byte, error) {
 	if r == nil {
 		return nil, errors.New("fsm: nil result")
 	}
-	format := resultFormat(r)
+	format := resultFormat(r, leases)
 	b := make([]byte, 0, 64)
 	b = append(b, format)
 	b = binary.AppendVarint(b, r.Revision)
@@ -293,25 +302,32 @@ func EncodeResult(r *Result) ([]byte, error) {
 	return b, nil
 }
 
-func resultFormat(r *Result) byte {
-	for _, resp := range r.Responses {
-		if resp.PrevKV != nil && resp.PrevKV.Encoding != "" {
-			return resultFormatV2
-		}
-		for _, kv := range resp.KVs {
-			if kv.Encoding != "" {
-				return resultFormatV2
-			}
+// resultFormat is the oldest format that carries what r holds (leases only when asked).
+func resultFormat(r *Result, leases bool) byte {
+	f := resultFormatV1
+	need := func(kv *KeyValue) {
+		if leases && kv.Lease != 0 {
+			f = resultFormatV3
+		} else if kv.Encoding != "" {
+			f = max(f, resultFormatV2)
 		}
 	}
-	return resultFormatV1
+	for _, resp := range r.Responses {
+		if resp.PrevKV != nil {
+			need(resp.PrevKV)
+		}
+		for i := range resp.KVs {
+			need(&resp.KVs[i])
+		}
+	}
+	return f
 }
 
 // DecodeResult decodes bytes written by EncodeResult.
 func DecodeResult(data []byte) (*Result, error) {
 	d := newDecoder(data)
 	format := d.Uint8("format")
-	if d.Err() == nil && format != resultFormatV1 && format != resultFormatV2 {
+	if d.Err() == nil && (format < resultFormatV1 || format > resultFormatV3) {
 		return nil, fmt.Errorf("%w: result format %d", ErrUnknownFormat, format)
 	}
 	r := &Result{Revision: d.Varint("revision"), Succeeded: d.bool()}
@@ -373,6 +389,9 @@ func appendKV(b []byte, kv KeyValue, format byte) []byte {
 	if format >= resultFormatV2 {
 		b = appendBytes(b, []byte(kv.Encoding))
 	}
+	if format >= resultFormatV3 {
+		b = binary.AppendVarint(b, kv.Lease)
+	}
 	return b
 }
 
@@ -402,6 +421,9 @@ func (d decoder) kv(format byte) KeyValue {
 		ModRevision: d.Varint("mod revision"), Version: d.Varint("version")}
 	if format >= resultFormatV2 {
 		kv.Encoding = string(d.Bytes("encoding", noMax))
+	}
+	if format >= resultFormatV3 {
+		kv.Lease = d.Varint("lease")
 	}
 	return kv
 }

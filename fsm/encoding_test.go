@@ -92,6 +92,31 @@ func TestEncodingFormats(t *testing.T) {
 	if got := back.Responses[0].KVs[0].Encoding; got != "x/v1" {
 		t.Errorf("result encoding = %q", got)
 	}
+	// Leases travel only with EncodeResultWithLeases, in format 3; EncodeResult keeps
+	// the format an older node decodes and drops them.
+	leased := leasedResult()
+	for _, c := range []struct {
+		enc    func(*Result) ([]byte, error)
+		format byte
+		lease  int64
+	}{{EncodeResult, resultFormatV2, 0}, {EncodeResultWithLeases, resultFormatV3, 7}} {
+		b, err := c.enc(leased)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeResult(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs := back.Responses[0].KVs
+		if b[0] != c.format || kvs[1].Lease != c.lease || kvs[0].Encoding != "x/v1" {
+			t.Errorf("format %d, leases %d %d, encoding %q; want format %d, lease %d", b[0], kvs[0].Lease, kvs[1].Lease,
+				kvs[0].Encoding, c.format, c.lease)
+		}
+	}
+	if b, _ := EncodeResultWithLeases(res); b[0] != resultFormatV2 {
+		t.Errorf("a result without leases: format %d with leases asked, want %d", b[0], resultFormatV2)
+	}
 	for i, bad := range []*Command{
 		txn(Op{Type: OpDelete, Key: []byte("k"), Encoding: "v1"}),
 		txn(Op{Type: OpPut, Key: []byte("k"), Encoding: string(bytes.Repeat([]byte("x"), MaxEncodingLen+1))}),

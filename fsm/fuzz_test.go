@@ -70,6 +70,8 @@ func FuzzDecodeResult(f *testing.F) {
 		b, _ := EncodeResult(s.ApplyCommand(uint64(i+1), c))
 		f.Add(b)
 	}
+	b, _ := EncodeResultWithLeases(leasedResult())
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := DecodeResult(data)
 		if err != nil {
@@ -78,7 +80,25 @@ func FuzzDecodeResult(f *testing.F) {
 		if _, err := EncodeResult(r); err != nil {
 			t.Fatal(err)
 		}
+		b, err := EncodeResultWithLeases(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeResult(b)
+		if err != nil {
+			t.Fatalf("re-encoded result: %v", err)
+		}
+		if !reflect.DeepEqual(back.Responses, r.Responses) {
+			t.Fatalf("responses %+v, re-decoded %+v", r.Responses, back.Responses)
+		}
 	})
+}
+
+// leasedResult is a txn result whose get found a tagged key and a leased one.
+func leasedResult() *Result {
+	return &Result{Revision: 9, Succeeded: true, Responses: []OpResponse{{Type: OpGet, KVs: []KeyValue{
+		{Key: []byte("a"), Value: []byte("1"), CreateRevision: 2, ModRevision: 3, Version: 2, Encoding: "x/v1"},
+		{Key: []byte("b"), Value: []byte("2"), CreateRevision: 4, ModRevision: 4, Version: 1, Lease: 7}}}}}
 }
 
 func corpusSnapshot() []byte {
@@ -147,5 +167,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		rb, _ := EncodeResult(s.ApplyCommand(uint64(i+1), c))
 		write("FuzzDecodeResult", i, rb)
 	}
+	lb, _ := EncodeResultWithLeases(leasedResult())
+	write("FuzzDecodeResult", len(corpusCommands()), lb)
 	write("FuzzRestore", 0, corpusSnapshot())
 }

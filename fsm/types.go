@@ -53,7 +53,7 @@ type KeyValue struct {
 	// Encoding is the tag the writer gave the value (Op.Encoding), "" when untagged.
 	Encoding string
 	// Lease is the lease the key is attached to (Op.Lease), 0 for none. Results
-	// forwarded from another node (EncodeResult) do not carry it.
+	// forwarded from another node carry it when encoded by EncodeResultWithLeases.
 	Lease int64
 }
 

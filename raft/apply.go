@@ -125,14 +125,28 @@ func (n *Node) applyLocal(d data) (*fsm.Result, error) {
 }
 
 // applyRemote forwards data to the leader at addr, which applies it with applyLocal
-// and answers with the encoded result.
+// and answers with the encoded result, leases included. A leader of a release before
+// that answer refuses the request kind without applying anything; the write goes
+// again as rpcApply (its result without leases), and that leader is asked so for
+// oldLeaderRecheck before it is tried with leases again (it may have been upgraded).
 func (n *Node) applyRemote(ctx context.Context, addr string, d data) (*fsm.Result, error) {
-	resp, err := n.forward(ctx, addr, rpcApply, d)
+	kind := rpcApplyLeases
+	if t, ok := n.oldLeaders.Load(addr); ok && time.Since(t.(time.Time)) < oldLeaderRecheck {
+		kind = rpcApply
+	}
+	resp, err := n.forward(ctx, addr, kind, d)
+	if kind == rpcApplyLeases && isUnknownKind(err) {
+		n.oldLeaders.Store(addr, time.Now())
+		resp, err = n.forward(ctx, addr, rpcApply, d)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return fsm.DecodeResult(resp)
 }
+
+// oldLeaderRecheck is how long a leader that refused rpcApplyLeases is sent rpcApply.
+const oldLeaderRecheck = time.Minute
 
 func mapRaftErr(err error) error {
 	switch {

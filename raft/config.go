@@ -73,6 +73,8 @@ type Config struct {
 
 	// noFormatsRPC (tests only) answers rpcFormats as a release before it did.
 	noFormatsRPC bool
+	// noApplyLeasesRPC (tests only) answers rpcApplyLeases as a release before it did.
+	noApplyLeasesRPC bool
 
 	// wrapLogStore, when set (tests only), wraps the log store so a test can make it
 	// fail the way a full disk does.

@@ -40,12 +40,14 @@
 // A worked example: a write of key "a" sent to follower n2 of a cluster led by n1.
 //
 //	n2.Apply(put a=1)    encodes the command; leaderContact says n1 leads
-//	n2 → n1 rpcApply     the encoded command over keel's RPC port
+//	n2 → n1 rpcApplyLeases  the encoded command over keel's RPC port (rpcApply to
+//	                     a leader of a release before rpcApplyLeases)
 //	n1.applyLocal        checks the format limit, raft.Apply: n1 appends to its WAL,
 //	                     replicates, commits at index 41; its FSM goroutine applies
 //	                     41 in fsm.Store (revision 17) and returns *fsm.Result
-//	n1 → n2              the result, encoded (fsm.EncodeResult); on n1 itself the
-//	                     result would have been returned as it is, with no encoding
+//	n1 → n2              the result, encoded with each key's lease
+//	                     (fsm.EncodeResultWithLeases); on n1 itself the result
+//	                     would have been returned as it is, with no encoding
 //	n2                   decodes it: revision 17. A linearizable read on n2 now asks
 //	                     n1 for a read index (≥ 41) and waits until n2 applied it.
 package raft

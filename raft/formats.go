@@ -3,7 +3,6 @@ package raft
 import (
 	"context"
 	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +80,7 @@ func (n *Node) voterFormat(m Member) byte {
 	switch {
 	case err == nil && len(resp) >= 2:
 		n.peerFormats.known[m.ID] = resp[1]
-	case err != nil && strings.Contains(err.Error(), "unknown request kind"):
+	case isUnknownKind(err):
 		n.peerFormats.known[m.ID] = formatsBeforeRPC
 	}
 	if f, ok := n.peerFormats.known[m.ID]; ok {

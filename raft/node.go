@@ -49,6 +49,7 @@ type Node struct {
 	// nothing newer.
 	formatLimit atomic.Uint32
 	peerFormats peerFormats // what each voter answered over RPC (formats.go)
+	oldLeaders  sync.Map    // leader address -> when it refused rpcApplyLeases (apply.go)
 	// leaderHandler serves CallLeader on this node while it leads (leadercall.go).
 	leaderHandler leaderHandlerSlot
 

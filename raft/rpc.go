@@ -30,6 +30,10 @@ const (
 	rpcApplied
 	rpcLeaderCall // appended: kinds are wire values shared with other releases
 	rpcFormats    // the command formats this node applies (formats.go)
+	// rpcApplyLeases is rpcApply whose result carries the keys' leases
+	// (fsm.EncodeResultWithLeases); a leader of an earlier release answers "unknown
+	// request kind" without applying anything, and the caller sends rpcApply instead.
+	rpcApplyLeases
 )
 
 const (
@@ -150,13 +154,19 @@ func (n *Node) serveRPC(conn net.Conn) {
 func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
 	defer cancel()
+	if kind == rpcApplyLeases && n.cfg.noApplyLeasesRPC {
+		kind = 0 // answered as a release before it did
+	}
 	switch kind {
-	case rpcApply:
+	case rpcApply, rpcApplyLeases:
 		// Forwarded writes are applied only here, never forwarded again: a stale
 		// leader view on both sides must not make a write bounce.
 		res, err := n.applyLocal(data(body))
 		if err != nil {
 			return nil, err
+		}
+		if kind == rpcApplyLeases {
+			return fsm.EncodeResultWithLeases(res)
 		}
 		return fsm.EncodeResult(res)
 	case rpcReadIndex:
@@ -197,6 +207,11 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 }
 
 type data []byte
+
+// isUnknownKind: err is a peer's answer to a request kind its release predates.
+func isUnknownKind(err error) bool {
+	return err != nil && !errors.Is(err, errSent) && strings.Contains(err.Error(), "unknown request kind")
+}
 
 // errSent marks a transport failure after the request was written: the remote side may
 // have acted on it, so the caller must not assume it did not.

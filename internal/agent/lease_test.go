@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
 )
 
@@ -100,6 +101,19 @@ func testLeaseKeptAliveSurvivesLeaderChanges(t *testing.T, stream bool) {
 	l, err := cl.Lease(ctx, g.ID)
 	if err != nil || len(l.Keys) != 1 || l.Keys[0] != "svc/a" {
 		t.Fatalf("lease = %+v, %v", l, err)
+	}
+	// A transaction's get returns the key's lease on every node, the leader's result
+	// forwarded to a follower included.
+	for i, a := range c.agents {
+		one, err := client.New([]string{a.HTTPAddr()}, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := one.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: "svc/a"}}})
+		one.Close()
+		if err != nil || len(res.Responses) != 1 || len(res.Responses[0].KVs) != 1 || res.Responses[0].KVs[0].Lease != g.ID {
+			t.Fatalf("txn get on node %d: %+v, %v; want svc/a with lease %d", i, res, err, g.ID)
+		}
 	}
 	kcancel()
 	if _, err := cl.Revoke(ctx, g.ID); err != nil {
