@@ -155,7 +155,7 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &typedWatchStream{watchStream: &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096),
-		writeTimeout: s.cfg.WriteTimeout}, q: q, s: s, km: km}
+		writeTimeout: s.cfg.WriteTimeout, revoked: s.resourceRights(r)}, q: q, s: s, km: km}
 	ws.enc = json.NewEncoder(ws.bw)
 	enc := q.readEncoding()
 	for _, kv := range initial {
@@ -169,6 +169,39 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 	}
 	s.streamWatch(r.Context(), watcher, ws, tq.bookmarks, nil)
 	return nil
+}
+
+// resourceRights returns, for a typed watch made with r's token, a check that fails
+// once the token is deleted (401) or no longer holds the read right on the route's
+// resource (403); nil when ACLs are not enforced. The watch runs it before each write.
+func (s *Server) resourceRights(r *http.Request) func() error {
+	az := authzOf(r.Context())
+	if az == nil {
+		return nil
+	}
+	g, res := r.PathValue("group"), r.PathValue("resource")
+	return func() error {
+		cur, err := s.current(az)
+		if err != nil {
+			return err
+		}
+		if !cur.resource(g, res, false) {
+			return fmt.Errorf("%w: the token no longer has the read right on resource %s/%s", ErrForbidden, g, res)
+		}
+		return nil
+	}
+}
+
+// rightsLost ends the watch when its token lost the right to read it (resourceRights).
+func (ws *typedWatchStream) rightsLost() error {
+	if ws.revoked == nil {
+		return nil
+	}
+	err := ws.revoked()
+	if err != nil {
+		ws.end(err)
+	}
+	return err
 }
 
 // typedWatchStream writes typedEvent lines.
@@ -260,6 +293,9 @@ func (ws *typedWatchStream) cut(groups []*fsm.RevisionEvents) (int, error) {
 }
 
 func (ws *typedWatchStream) events(groups []*fsm.RevisionEvents) error {
+	if err := ws.rightsLost(); err != nil {
+		return err
+	}
 	n := len(groups)
 	if ws.km != nil {
 		var err error
@@ -382,6 +418,9 @@ func (ws *typedWatchStream) errorEvent(err error, name string, rev int64) error 
 }
 
 func (ws *typedWatchStream) progress(rev int64) error {
+	if err := ws.rightsLost(); err != nil {
+		return err
+	}
 	if ws.km != nil { // an idle watch learns of a switch of range at its next bookmark
 		if n, err := ws.cut([]*fsm.RevisionEvents{{Revision: rev}}); err != nil || n == 0 {
 			if err == nil {
@@ -414,6 +453,10 @@ func (ws *typedWatchStream) end(err error) {
 		code = http.StatusTooManyRequests
 	case api.ReasonRestored:
 		code = http.StatusServiceUnavailable
+	case api.ReasonUnauthorized:
+		code = http.StatusUnauthorized
+	case api.ReasonForbidden:
+		code = http.StatusForbidden
 	}
 	var werr *fsm.WatchError
 	rev := int64(0)

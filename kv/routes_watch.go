@@ -401,6 +401,8 @@ func endLine(err error) api.WatchEvent {
 		line.Reason = api.ReasonRestored
 	case errors.Is(err, ErrUnauthorized):
 		line.Reason = api.ReasonUnauthorized
+	case errors.Is(err, ErrForbidden):
+		line.Reason = api.ReasonForbidden
 	case errors.Is(err, raft.ErrNoLeader):
 		line.Reason = api.ReasonNoLeader
 	default:

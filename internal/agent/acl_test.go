@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -586,5 +587,92 @@ func TestACLRestartedNodeEnforcesAtOnce(t *testing.T) {
 	}
 	if !sawToken || !sawNoToken {
 		t.Fatalf("restarted node never served: with token %v, refused without %v", sawToken, sawNoToken)
+	}
+}
+
+// TestACLTypedWatchFollowsPolicy: a typed watch runs on the rights its token holds at
+// each write, not those it had when it started: taking the resource's read right out
+// of the token's policy ends it with an ERROR event of code 403, deleting the token
+// with one of code 401.
+func TestACLTypedWatchFollowsPolicy(t *testing.T) {
+	a := aclAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	boot, err := aclClient(t, a, "").ACLBootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := aclClient(t, a, boot.SecretID)
+	reader := api.ACLPolicy{Name: "widget-reader",
+		Resources: []api.ACLResourceRule{{Group: "apps", Resource: "widgets", Access: api.AccessRead}}}
+	if _, err := mgmt.ACLPolicyPut(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mgmt.ACLTokenCreate(ctx, api.ACLTokenRequest{Policies: []string{reader.Name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// watch opens the typed watch with tok and returns its next event's type and code.
+	watch := func() func() (string, float64) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
+			"http://"+a.HTTPAddr()+"/apis/apps/v1/widgets?watch=true&allowWatchBookmarks=true&progress=100ms", nil)
+		req.Header.Set("Authorization", "Bearer "+tok.SecretID)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("typed watch with widget-reader: %d", resp.StatusCode)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		return func() (string, float64) {
+			t.Helper()
+			if !sc.Scan() {
+				t.Fatalf("typed watch ended without an event: %v", sc.Err())
+			}
+			var ev struct {
+				Type   string `json:"type"`
+				Object struct {
+					Code float64 `json:"code"`
+				} `json:"object"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Fatal(err)
+			}
+			return ev.Type, ev.Object.Code
+		}
+	}
+	// until reads events until one that is not a bookmark.
+	until := func(next func() (string, float64)) (string, float64) {
+		for {
+			if typ, code := next(); typ != "BOOKMARK" {
+				return typ, code
+			}
+		}
+	}
+	next := watch()
+	if typ, _ := next(); typ != "BOOKMARK" {
+		t.Fatalf("first event of an idle watch: %s, want BOOKMARK", typ)
+	}
+	if _, err := mgmt.ACLPolicyPut(ctx, api.ACLPolicy{Name: reader.Name,
+		Keys: []api.ACLKeyRule{{Prefix: "other/", Access: api.AccessRead}}}); err != nil {
+		t.Fatal(err)
+	}
+	if typ, code := until(next); typ != "ERROR" || code != http.StatusForbidden {
+		t.Fatalf("after the read right was taken away: %s %v, want ERROR 403", typ, code)
+	}
+	if st, _, _ := aclDo(t, a, "GET", "/apis/apps/v1/widgets?watch=true", "", tok.SecretID); st != http.StatusForbidden {
+		t.Fatalf("a new typed watch without the right: %d, want 403", st)
+	}
+	if _, err := mgmt.ACLPolicyPut(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	next = watch()
+	if err := mgmt.ACLTokenDelete(ctx, tok.AccessorID); err != nil {
+		t.Fatal(err)
+	}
+	if typ, code := until(next); typ != "ERROR" || code != http.StatusUnauthorized {
+		t.Fatalf("after the token was deleted: %s %v, want ERROR 401", typ, code)
 	}
 }
