@@ -193,16 +193,7 @@ func (s *Server) resourceRights(r *http.Request) func() error {
 }
 
 // rightsLost ends the watch when its token lost the right to read it (resourceRights).
-func (ws *typedWatchStream) rightsLost() error {
-	if ws.revoked == nil {
-		return nil
-	}
-	err := ws.revoked()
-	if err != nil {
-		ws.end(err)
-	}
-	return err
-}
+func (ws *typedWatchStream) rightsLost() error { return rightsLost(ws.revoked, ws.end) }
 
 // typedWatchStream writes typedEvent lines.
 type typedWatchStream struct {

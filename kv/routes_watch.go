@@ -313,13 +313,17 @@ type watchStream struct {
 }
 
 // checkToken ends the watch when its token was deleted.
-func (ws *watchStream) checkToken() error {
-	if ws.revoked == nil {
+func (ws *watchStream) checkToken() error { return rightsLost(ws.revoked, ws.end) }
+
+// rightsLost runs a watch's rights check (nil when ACLs are not enforced) and, when
+// it fails, ends the watch with end.
+func rightsLost(check func() error, end func(error)) error {
+	if check == nil {
 		return nil
 	}
-	err := ws.revoked()
+	err := check()
 	if err != nil {
-		ws.end(err)
+		end(err)
 	}
 	return err
 }

@@ -290,6 +290,25 @@ func checkACLRow(t *testing.T, a *Agent, pattern string, r aclRoute, secrets [nC
 	}
 }
 
+// aclBootstrapWith bootstraps a's ACLs, puts policy p, and returns a client with the
+// bootstrap token and a token holding p alone.
+func aclBootstrapWith(ctx context.Context, t *testing.T, a *Agent, p api.ACLPolicy) (*client.Client, api.ACLToken) {
+	t.Helper()
+	boot, err := aclClient(t, a, "").ACLBootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := aclClient(t, a, boot.SecretID)
+	if _, err := mgmt.ACLPolicyPut(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mgmt.ACLTokenCreate(ctx, api.ACLTokenRequest{Policies: []string{p.Name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgmt, tok
+}
+
 // TestACLListAndWatchFiltering: a token that may read a/ only lists and watches the
 // whole keyspace and sees a/ keys alone — events of one revision that also wrote b/
 // arrive without the b/ ones — and is refused b/ outright.
@@ -297,18 +316,7 @@ func TestACLListAndWatchFiltering(t *testing.T) {
 	a := aclAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	boot, err := aclClient(t, a, "").ACLBootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgmt := aclClient(t, a, boot.SecretID)
-	if _, err := mgmt.ACLPolicyPut(ctx, api.ACLPolicy{Name: "a-reader", Keys: []api.ACLKeyRule{{Prefix: "a/", Access: api.AccessRead}}}); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := mgmt.ACLTokenCreate(ctx, api.ACLTokenRequest{Policies: []string{"a-reader"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgmt, tok := aclBootstrapWith(ctx, t, a, api.ACLPolicy{Name: "a-reader", Keys: []api.ACLKeyRule{{Prefix: "a/", Access: api.AccessRead}}})
 	rd := aclClient(t, a, tok.SecretID)
 	mixed := func(n string) int64 {
 		t.Helper()
@@ -598,20 +606,9 @@ func TestACLTypedWatchFollowsPolicy(t *testing.T) {
 	a := aclAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	boot, err := aclClient(t, a, "").ACLBootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgmt := aclClient(t, a, boot.SecretID)
 	reader := api.ACLPolicy{Name: "widget-reader",
 		Resources: []api.ACLResourceRule{{Group: "apps", Resource: "widgets", Access: api.AccessRead}}}
-	if _, err := mgmt.ACLPolicyPut(ctx, reader); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := mgmt.ACLTokenCreate(ctx, api.ACLTokenRequest{Policies: []string{reader.Name}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgmt, tok := aclBootstrapWith(ctx, t, a, reader)
 	// watch opens the typed watch with tok and returns its next event's type and code.
 	watch := func() func() (string, float64) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
