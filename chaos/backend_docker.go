@@ -11,6 +11,10 @@ import (
 // image.
 type DockerBackend struct {
 	Bin string
+	// ACL runs the clusters with access control on: the nodes keep their default
+	// (deny until bootstrapped), the harness bootstraps through the first node and
+	// every harness client sends the management token.
+	ACL bool
 
 	once  sync.Once
 	image string
@@ -53,7 +57,11 @@ func (b *DockerBackend) Start(ctx context.Context, sc Scenario, dir string, logf
 	if b.err != nil {
 		return nil, b.err
 	}
-	c, err := StartDockerCluster(ctx, b.image, dir, sc.Nodes, logf, aclArgs(b.Bin)...)
+	var args []string
+	if !b.ACL {
+		args = aclArgs(b.Bin)
+	}
+	c, err := StartDockerCluster(ctx, b.image, dir, sc.Nodes, logf, b.ACL, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -246,7 +246,7 @@ func TestChaosDocker(t *testing.T) {
 	if unavailable == nil {
 		unavailable = IsStatic(bin)
 	}
-	be := &DockerBackend{Bin: bin}
+	be := &DockerBackend{Bin: bin, ACL: true}
 	if unavailable == nil {
 		if swept := SweepDocker(context.Background()); len(swept) > 0 {
 			t.Logf("removed docker resources left by an earlier run: %v", swept)

@@ -139,20 +139,25 @@ type DockerCluster struct {
 	proxy                               *Network // nil when netem delays and drops
 	logf                                func(string, ...any)
 	agentArgs                           []string // added to every agent command line
+	acl                                 bool     // bootstrap ACLs through the first node
 
 	mu struct {
 		sync.Mutex
 		nodes map[string]*dockerNode
 		next  int
+		token string // the ACL management token ("" without ACLs)
 	}
 }
 
 var _ Cluster = (*DockerCluster)(nil)
 
-// StartDockerCluster creates a network and n containers from image.
+// StartDockerCluster creates a network and n containers from image. With acl the
+// harness bootstraps ACLs through the first node and its clients send the token.
 // agentArgs are added to every node's agent command line.
-func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func(string, ...any), agentArgs ...string) (*DockerCluster, error) {
-	c := &DockerCluster{image: image, dir: dir, prefix: "keel-chaos-" + randomHex(3), logf: logf, agentArgs: agentArgs}
+func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func(string, ...any), acl bool,
+	agentArgs ...string) (*DockerCluster, error) {
+	c := &DockerCluster{image: image, dir: dir, prefix: "keel-chaos-" + randomHex(3), logf: logf, agentArgs: agentArgs,
+		acl: acl}
 	c.mu.nodes = map[string]*dockerNode{}
 	c.network = c.prefix
 	if err := c.createNetwork(ctx); err != nil {
@@ -178,6 +183,10 @@ func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func
 			if _, err := WaitLeader(ctx, c); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("first container: %w", err)
+			}
+			if err := c.bootstrapACL(ctx, c.node(id)); err != nil {
+				c.Close()
+				return nil, err
 			}
 		}
 	}
@@ -279,7 +288,7 @@ func (c *DockerCluster) newNode(ctx context.Context, bootstrap bool, join []stri
 	id := fmt.Sprintf("n%d", k)
 	n := &dockerNode{id: id, name: c.prefix + "-" + id, ip: fmt.Sprintf("%s.%d", c.subnet, 10+k),
 		dataDir: filepath.Join(c.dir, id), logPath: filepath.Join(c.dir, id+".log")}
-	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort), "")
+	n.cl = newNodeClient(fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort), c.Token())
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
 		return "", err
 	}
@@ -325,6 +334,31 @@ func (c *DockerCluster) run(ctx context.Context, n *dockerNode, bootstrap bool, 
 
 // Name implements Cluster.
 func (c *DockerCluster) Name() string { return "docker" }
+
+// bootstrapACL bootstraps the ACL system through n when the cluster runs with ACLs,
+// keeps the management token, and gives n a client that sends it.
+func (c *DockerCluster) bootstrapACL(ctx context.Context, n *dockerNode) error {
+	if !c.acl {
+		return nil
+	}
+	addr := fmt.Sprintf("%s:%d", n.ip, dockerHTTPPort)
+	tok, err := aclBootstrap(ctx, addr)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.mu.token, n.cl = tok.SecretID, newNodeClient(addr, tok.SecretID)
+	c.mu.Unlock()
+	c.logf("acl: bootstrapped (token accessor %s); every harness client sends it", tok.AccessorID)
+	return nil
+}
+
+// Token is the ACL management token the harness uses ("" without ACLs).
+func (c *DockerCluster) Token() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.token
+}
 
 // Members implements Cluster.
 func (c *DockerCluster) Members() []string {

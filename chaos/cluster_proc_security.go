@@ -5,12 +5,9 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
-
-	"github.com/keel-kv/keel/kv/client"
 )
 
 // securityArgs are the flags a node's binary needs to run the harness's plain-text
@@ -42,13 +39,9 @@ func (c *ProcCluster) bootstrapACL(ctx context.Context, n *procNode) error {
 	if !c.cfg.ACL || aclArgs(c.cfg.Bin) == nil {
 		return nil
 	}
-	cl, err := client.New([]string{n.httpAddr}, client.Options{MaxRetries: 20, TLS: tlsFor(n.httpAddr)})
+	tok, err := aclBootstrap(ctx, n.httpAddr)
 	if err != nil {
 		return err
-	}
-	tok, err := cl.ACLBootstrap(ctx)
-	if err != nil {
-		return fmt.Errorf("acl bootstrap: %w", err)
 	}
 	nc := newNodeClient(n.httpAddr, tok.SecretID)
 	c.mu.Lock()

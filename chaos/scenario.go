@@ -232,6 +232,7 @@ func afterFaults(ctx context.Context, c Cluster, h *History, w Workload, logf fu
 	if err := FinalReads(fctx, c, h, w.Keys); err != nil {
 		problems = append(problems, err.Error())
 	}
+	problems = append(problems, checkACLEnforced(fctx, c)...)
 	for _, id := range c.Crashed() {
 		if !strings.Contains(strings.Join(problems, "\n"), "node "+id+" ") {
 			problems = append(problems, fmt.Sprintf("node %s exited without being stopped after healing (see its log)", id))
