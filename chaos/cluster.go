@@ -87,10 +87,10 @@ type Cluster interface {
 }
 
 // newNodeClient is a client for one node: few, fast retries of what is safe to retry,
-// so one operation stays bounded by its context. Single-key operations go over the
-// stream protocol (one connection shared by every worker, as the benchmarks drive
-// keel), so faults hit many requests in flight on one connection; transactions and
-// scans go over HTTP.
+// so one operation stays bounded by its context. Single-key operations and
+// transactions go over the stream protocol (one connection shared by every worker, as
+// the benchmarks drive keel), so faults hit many requests in flight on one
+// connection; scans go over HTTP.
 // token is the ACL token's secret ("" when the cluster runs without ACLs).
 func newNodeClient(httpAddr, token string) *client.Client {
 	c, err := client.New([]string{httpAddr}, client.Options{

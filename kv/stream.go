@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,7 +72,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 
 // streamFeatures is what this server offers beyond the protocol's first release.
 var streamFeatures = strings.Join([]string{api.StreamFeatureSharedEvents, api.StreamFeatureLeases,
-	api.StreamFeatureRequireLeader}, ", ")
+	api.StreamFeatureRequireLeader, api.StreamFeatureTxn}, ", ")
 
 // leaderContact is nil while the node has leader contact (always, for a store that
 // cannot lose it), and says why not otherwise.
@@ -168,7 +169,7 @@ func (c *streamConn) serve() {
 		c.s.streams.Unlock()
 		c.s.streams.wg.Done()
 	}()
-	max := int(c.s.cfg.MaxValueBytes) + c.s.cfg.MaxKeyBytes + 64
+	max := int(max(c.s.cfg.MaxValueBytes+int64(c.s.cfg.MaxKeyBytes), c.s.cfg.MaxTxnBodyBytes)) + 64
 	for {
 		body, err := c.readFrame(max)
 		var tooLarge *api.ErrStreamFrameTooLarge
@@ -371,6 +372,8 @@ func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api
 		return fmt.Errorf("%w: lease ID %d must be in [1, %d]", ErrInvalidParam, req.LeaseID, int64(api.MaxLeaseID))
 	}
 	switch req.Op {
+	case api.StreamTxn:
+		return s.streamTxn(ctx, req, resp)
 	case api.StreamLeaseGrant:
 		id, err := s.grantLease(ctx, req.LeaseID, int64(req.TTL/time.Second))
 		resp.LeaseID, resp.TTL = id, req.TTL
@@ -430,6 +433,49 @@ func (s *Server) streamOp(ctx context.Context, req *api.StreamRequest, resp *api
 		resp.Revision, resp.Deleted = d.Revision, d.Deleted
 	}
 	return nil
+}
+
+// streamTxn runs a transaction sent over the stream: the body and the answer of POST
+// /v1/txn. An answer too large for a frame (ranged gets of many large values) is
+// refused with a 413 when the transaction only read (the client asks again over
+// HTTP); a transaction that wrote says at which revision it was applied.
+func (s *Server) streamTxn(ctx context.Context, req *api.StreamRequest, resp *api.StreamResponse) error {
+	if int64(len(req.Value)) > s.cfg.MaxTxnBodyBytes {
+		return fmt.Errorf("%w: txn body of %d bytes (at most %d)", ErrTooLarge, len(req.Value), s.cfg.MaxTxnBodyBytes)
+	}
+	txn, err := decodeTxn(req.Value, s.lim)
+	if err != nil {
+		return fmt.Errorf("txn: %w", err)
+	}
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return fmt.Errorf("txn: %w", err)
+	}
+	body, err := json.Marshal(txnResponse(res))
+	if err != nil {
+		return fmt.Errorf("txn answer: %w", err)
+	}
+	if len(body) > api.MaxStreamFrame-64 {
+		if !txnWrites(txn) {
+			return fmt.Errorf("%w: the answer of %d bytes does not fit a stream frame: ask over HTTP", ErrTooLarge, len(body))
+		}
+		return fmt.Errorf("txn applied at revision %d, but its answer of %d bytes does not fit a stream frame",
+			res.Revision, len(body))
+	}
+	resp.Revision, resp.Body = res.Revision, body
+	return nil
+}
+
+// txnWrites reports whether txn has an op that may change state.
+func txnWrites(txn *fsm.Txn) bool {
+	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			if op.Type != fsm.OpGet {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // streamMetrics counts stream requests by op and status and measures their latency

@@ -385,6 +385,17 @@ func TestACLListAndWatchFiltering(t *testing.T) {
 	if _, err := rdStream.Get(ctx, "b/1"); !client.IsForbidden(err) {
 		t.Fatalf("stream get b/1 with a-reader = %v, want 403 Forbidden", err)
 	}
+	// Transactions on the stream are checked key by key, as over HTTP.
+	if _, err := rdStream.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: "b/1"}}}); !client.IsForbidden(err) {
+		t.Fatalf("stream txn get b/1 with a-reader = %v, want 403 Forbidden", err)
+	}
+	if _, err := rdStream.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpPut, Key: "a/x"}}}); !client.IsForbidden(err) {
+		t.Fatalf("stream txn put a/x with a-reader = %v, want 403 Forbidden", err)
+	}
+	if r, err := rdStream.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: "a/1"}}}); err != nil ||
+		len(r.Responses) != 1 || len(r.Responses[0].KVs) != 1 {
+		t.Fatalf("stream txn get a/1 with a-reader = %+v, %v", r, err)
+	}
 	// Leases are for writers, on the stream as over HTTP.
 	if _, err := rdStream.Grant(ctx, 10*time.Second); !client.IsForbidden(err) {
 		t.Fatalf("stream lease grant with a-reader = %v, want 403 Forbidden", err)

@@ -79,6 +79,8 @@ func (o StreamOp) String() string {
 		return "lease-keepalive"
 	case StreamLeaseRevoke:
 		return "lease-revoke"
+	case StreamTxn:
+		return "txn"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -152,6 +154,8 @@ type StreamResponse struct {
 	// (milliseconds on the wire); a revoke's are Revision and Deleted.
 	LeaseID int64
 	TTL     time.Duration
+	// Body is a txn answer's JSON api.TxnResponse (stream_txn.go).
+	Body []byte
 }
 
 // AppendStreamRequest appends r as one frame (length prefix included).
@@ -166,10 +170,13 @@ func AppendStreamRequest(b []byte, r *StreamRequest) []byte {
 		body = appendBinBytes(body, r.Key)
 		return appendFramed(b, appendWatchRequest(body, r))
 	}
-	if isLeaseOp(r.Op) {
+	if isLeaseOp(r.Op) || r.Op == StreamTxn {
 		body := binary.AppendUvarint(nil, r.ID)
 		body = append(body, byte(r.Op), 0)
 		body = appendBinBytes(body, r.Key)
+		if r.Op == StreamTxn {
+			return appendFramed(b, appendTxnRequest(body, r))
+		}
 		return appendFramed(b, appendLeaseRequest(body, r))
 	}
 	var flags byte
@@ -220,9 +227,12 @@ func AppendStreamResponse(b []byte, r *StreamResponse) []byte {
 	if r.Op == StreamWatch && r.Err == nil {
 		return appendFramed(b, appendWatchResponse(nil, r))
 	}
-	if isLeaseOp(r.Op) && r.Err == nil {
+	if (isLeaseOp(r.Op) || r.Op == StreamTxn) && r.Err == nil {
 		body := binary.AppendUvarint(nil, r.ID)
 		body = append(body, byte(r.Op), 0)
+		if r.Op == StreamTxn {
+			return appendFramed(b, appendTxnResponse(body, r))
+		}
 		return appendFramed(b, appendLeaseResponse(body, r))
 	}
 	n := uvarintLen(r.ID) + 2
@@ -307,6 +317,8 @@ func DecodeStreamRequest(body []byte, r *StreamRequest) error {
 		decodeWatchRequest(d, flags, r)
 	case isLeaseOp(op):
 		decodeLeaseRequest(d, flags, r)
+	case op == StreamTxn:
+		decodeTxnRequest(d, flags, r)
 	case flags&^(StreamFlagSerializable|StreamFlagPrev|StreamFlagLease) != 0:
 		d.Fail("unknown flags %#x", flags)
 	case op == StreamGet:
@@ -365,6 +377,8 @@ func DecodeStreamResponse(body []byte, r *StreamResponse) error {
 		d.Fail("unknown status %d", status)
 	case isLeaseOp(r.Op):
 		decodeLeaseResponse(d, r)
+	case r.Op == StreamTxn:
+		decodeTxnResponse(d, r)
 	default:
 		r.Revision = d.int("revision")
 		switch r.Op {

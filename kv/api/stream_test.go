@@ -95,7 +95,7 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		b := AppendStreamRequest(nil, &r)
 		f.Add(b[1:]) // the body, without its length
 	}
-	for _, r := range append(watchRequests, leaseRequests...) {
+	for _, r := range append(append(watchRequests, leaseRequests...), txnRequests...) {
 		b := AppendStreamRequest(nil, &r)
 		f.Add(b[1:])
 	}
@@ -128,7 +128,7 @@ func FuzzDecodeStreamResponse(f *testing.F) {
 		b := AppendStreamResponse(nil, &r)
 		f.Add(b[1:])
 	}
-	for _, r := range append(watchResponses, leaseResponses...) {
+	for _, r := range append(append(watchResponses, leaseResponses...), txnResponses...) {
 		b := AppendStreamResponse(nil, &r)
 		f.Add(b[1:])
 	}

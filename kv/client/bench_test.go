@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
 )
 
@@ -16,7 +17,7 @@ import (
 // replicated path adds Raft on top (raft's BenchmarkClusterPut, bench/ for the full
 // comparison with etcd).
 
-func benchmarkRequests(b *testing.B, stream, write bool) {
+func benchmarkRequests(b *testing.B, stream, write, txn bool) {
 	f := newFixture(b)
 	// The client's own transport (the fixture's counts requests over Go's default
 	// one, which keeps 2 idle connections per host: 128 workers would measure dials).
@@ -43,9 +44,14 @@ func benchmarkRequests(b *testing.B, stream, write bool) {
 		for pb.Next() {
 			key := fmt.Sprintf("k%07d", n.Add(1)%1000)
 			var err error
-			if write {
+			switch {
+			case txn:
+				_, err = c.Txn(ctx, &api.TxnRequest{
+					Compare: []api.Compare{{Key: key, Target: api.TargetExists, Result: api.ResultEqual, Int: 1}},
+					Success: []api.Op{{Type: api.OpPut, Key: key, Value: val}}})
+			case write:
 				_, err = c.Put(ctx, key, val)
-			} else {
+			default:
 				_, err = c.Get(ctx, key)
 			}
 			if err != nil {
@@ -56,7 +62,11 @@ func benchmarkRequests(b *testing.B, stream, write bool) {
 	})
 }
 
-func BenchmarkPutHTTP(b *testing.B)   { benchmarkRequests(b, false, true) }
-func BenchmarkPutStream(b *testing.B) { benchmarkRequests(b, true, true) }
-func BenchmarkGetHTTP(b *testing.B)   { benchmarkRequests(b, false, false) }
-func BenchmarkGetStream(b *testing.B) { benchmarkRequests(b, true, false) }
+func BenchmarkPutHTTP(b *testing.B)   { benchmarkRequests(b, false, true, false) }
+func BenchmarkPutStream(b *testing.B) { benchmarkRequests(b, true, true, false) }
+func BenchmarkGetHTTP(b *testing.B)   { benchmarkRequests(b, false, false, false) }
+func BenchmarkGetStream(b *testing.B) { benchmarkRequests(b, true, false, false) }
+
+// A guarded put (the key exists → put it), the shape of a compare-and-swap.
+func BenchmarkTxnHTTP(b *testing.B)   { benchmarkRequests(b, false, true, true) }
+func BenchmarkTxnStream(b *testing.B) { benchmarkRequests(b, true, true, true) }

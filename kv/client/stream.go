@@ -50,6 +50,8 @@ type streamConn struct {
 	leases bool
 	// requireLeader: the node takes api.StreamFlagRequireLeader on watches.
 	requireLeader bool
+	// txn: the node serves api.StreamTxn.
+	txn bool
 
 	wmu sync.Mutex
 	bw  *bufio.Writer
@@ -123,7 +125,8 @@ func dialStream(ctx context.Context, base string, timeout time.Duration, tlsCfg 
 	c := &streamConn{conn: conn, flush: make(chan struct{}, 1), done: make(chan struct{}),
 		bw: bufio.NewWriterSize(conn, 64<<10), pending: map[uint64]chan streamResult{},
 		leases:        api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureLeases),
-		requireLeader: api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureRequireLeader)}
+		requireLeader: api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureRequireLeader),
+		txn:           api.HeaderHasToken(resp.Header, api.HeaderStreamFeatures, api.StreamFeatureTxn)}
 	go c.readLoop(br)
 	go c.flusher()
 	return c, nil
@@ -304,17 +307,22 @@ func (c *Client) Close() error {
 // chosen node does not offer the protocol, fallback (the same request over HTTP)
 // answers instead.
 func (c *Client) doStream(ctx context.Context, req api.StreamRequest, fallback func() error) (*api.StreamResponse, error) {
-	var resp *api.StreamResponse
 	// A keepalive is idempotent: retried like a read.
-	write := req.Op != api.StreamGet && req.Op != api.StreamLeaseKeepAlive
+	return c.doStreamAs(ctx, req, req.Op != api.StreamGet && req.Op != api.StreamLeaseKeepAlive, fallback)
+}
+
+// doStreamAs is doStream for a request that changes state when write is set (retried
+// only when it provably did not run), or that only reads.
+func (c *Client) doStreamAs(ctx context.Context, req api.StreamRequest, write bool, fallback func() error) (*api.StreamResponse, error) {
+	var resp *api.StreamResponse
 	leaseOp := req.HasLease || req.Op == api.StreamLeaseGrant || req.Op == api.StreamLeaseKeepAlive || req.Op == api.StreamLeaseRevoke
 	err := c.retry(ctx, write, func(base string) (time.Duration, error) {
 		sc, err := c.streamTo(ctx, base)
 		if err != nil {
 			return 0, err
 		}
-		if leaseOp && !sc.leases {
-			return 0, errNoStream // this node's stream predates leases: over HTTP
+		if leaseOp && !sc.leases || req.Op == api.StreamTxn && !sc.txn {
+			return 0, errNoStream // this node's stream predates the op: over HTTP
 		}
 		r := req
 		resp, err = sc.do(ctx, &r)

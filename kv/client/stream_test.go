@@ -69,9 +69,9 @@ func (f *fixture) streamClient(t testing.TB, addrs ...string) *client.Client {
 	return c
 }
 
-// TestStreamMatchesHTTP: every single-key operation answers the same over the stream
-// protocol as over HTTP — values, revisions, and errors down to code, reason and
-// message — and none of them goes over HTTP.
+// TestStreamMatchesHTTP: every single-key operation and transaction answers the same
+// over the stream protocol as over HTTP — values, revisions, and errors down to code,
+// reason and message — and none of them goes over HTTP.
 func TestStreamMatchesHTTP(t *testing.T) {
 	type step struct {
 		name string
@@ -99,6 +99,30 @@ func TestStreamMatchesHTTP(t *testing.T) {
 		{"delete cas", func(c *client.Client) (any, error) { return c.DeleteCAS(ctx, "a/b", 3) }},
 		{"delete absent", func(c *client.Client) (any, error) { return c.Delete(ctx, "a/b") }},
 		{"delete", func(c *client.Client) (any, error) { return c.Delete(ctx, "empty") }},
+		{"txn put and get", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{Success: []api.Op{
+				{Type: api.OpPut, Key: "t/a", Value: []byte("1")}, {Type: api.OpGet, Key: "t/a"}}})
+		}},
+		{"txn guard fails", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{
+				Compare: []api.Compare{{Key: "t/a", Target: api.TargetModRevision, Result: api.ResultEqual, Int: 99}},
+				Success: []api.Op{{Type: api.OpDelete, Key: "t/a"}}, Failure: []api.Op{{Type: api.OpGet, Key: "t/", Prefix: true}}})
+		}},
+		{"txn read only", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: "t/", Prefix: true, Limit: 2}}})
+		}},
+		{"txn unknown op", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: "swap", Key: "t/a"}}})
+		}},
+		{"txn missing lease", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpPut, Key: "t/b", Lease: 77}}})
+		}},
+		{"txn value too large", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpPut, Key: "t/b", Value: []byte(big)}}})
+		}},
+		{"txn system key", func(c *client.Client) (any, error) {
+			return c.Txn(ctx, &api.TxnRequest{Success: []api.Op{{Type: api.OpPut, Key: "\x00keel/x"}}})
+		}},
 	}
 	answers := func(stream bool) ([]string, int64) {
 		f := newFixture(t, func(c *kv.Config) { c.MaxValueBytes = 10 })
@@ -295,5 +319,19 @@ func TestStreamShutdown(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, "k"); !client.IsRetriable(err) {
 		t.Fatalf("Get after shutdown = %v, want a retriable error", err)
+	}
+}
+
+// TestStreamTxnOldStreamNode: a node whose stream protocol predates transactions does
+// not offer them at the upgrade; the client sends its transactions over HTTP.
+func TestStreamTxnOldStreamNode(t *testing.T) {
+	f := oldStreamNode(t)
+	c := f.streamClient(t, f.url)
+	resp, err := c.Txn(context.Background(), &api.TxnRequest{Success: []api.Op{{Type: api.OpPut, Key: "o/t", Value: []byte("v")}}})
+	if err != nil || !resp.Succeeded || resp.Revision != 1 {
+		t.Fatalf("txn through a node without stream transactions: %+v, %v", resp, err)
+	}
+	if n := f.sent.n.Load(); n != 1 {
+		t.Fatalf("%d requests over HTTP, want 1 (the txn)", n)
 	}
 }

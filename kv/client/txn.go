@@ -10,10 +10,35 @@ import (
 )
 
 // Txn runs a transaction. A failed guard is not an error: Succeeded is false and the
-// failure branch ran. A transaction that only reads is retried like a read.
+// failure branch ran. A transaction that only reads is retried like a read. With
+// Options.Stream it goes over the stream protocol to a node that serves it there.
 func (c *Client) Txn(ctx context.Context, txn *api.TxnRequest) (*api.TxnResponse, error) {
 	var resp api.TxnResponse
-	if err := c.postJSON(ctx, api.PathTxn, txn, &resp, writes(txn)); err != nil {
+	body, err := json.Marshal(txn)
+	if err != nil {
+		return nil, fmt.Errorf("client: encode txn body: %w", err)
+	}
+	write := writes(txn)
+	overHTTP := func() error {
+		return c.do(ctx, call{method: http.MethodPost, path: api.PathTxn, body: body,
+			ctype: "application/json", write: write}, &resp)
+	}
+	if !c.opts.Stream {
+		if err := overHTTP(); err != nil {
+			return nil, err
+		}
+		return &resp, nil
+	}
+	sr, err := c.doStreamAs(ctx, api.StreamRequest{Op: api.StreamTxn, Value: body}, write, overHTTP)
+	switch {
+	case IsTooLarge(err) && !write:
+		err = overHTTP() // an answer too large for a frame: it only read, ask again
+	case err == nil && sr != nil:
+		if jerr := json.Unmarshal(sr.Body, &resp); jerr != nil {
+			return nil, fmt.Errorf("client: txn: %w: %v", errBrokenResponse, jerr)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &resp, nil
