@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -35,6 +36,21 @@ func roundTripResponse(t *testing.T, r StreamResponse) (StreamResponse, []byte) 
 		t.Fatalf("decode %+v: %v", r, err)
 	}
 	return got, b
+}
+
+// roundTripsEqual checks that every request and answer decodes to what was encoded.
+func roundTripsEqual(t *testing.T, reqs []StreamRequest, resps []StreamResponse) {
+	t.Helper()
+	for _, want := range reqs {
+		if got := roundTripRequest(t, want); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip %+v → %+v", want, got)
+		}
+	}
+	for _, want := range resps {
+		if got, _ := roundTripResponse(t, want); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip %+v → %+v", want, got)
+		}
+	}
 }
 
 func TestStreamRoundTrip(t *testing.T) {

@@ -1,9 +1,6 @@
 package api
 
-import (
-	"reflect"
-	"testing"
-)
+import "testing"
 
 var txnRequests = []StreamRequest{
 	{ID: 1, Op: StreamTxn, Value: []byte(`{"success":[{"type":"put","key":"a","value":"eA=="}]}`)},
@@ -18,16 +15,7 @@ var txnResponses = []StreamResponse{
 // TestStreamTxnRoundTrip: txn requests and answers decode to what was encoded; a txn
 // request with flags or a key is refused.
 func TestStreamTxnRoundTrip(t *testing.T) {
-	for _, want := range txnRequests {
-		if got := roundTripRequest(t, want); !reflect.DeepEqual(got, want) {
-			t.Fatalf("round trip %+v → %+v", want, got)
-		}
-	}
-	for _, want := range txnResponses {
-		if got, _ := roundTripResponse(t, want); !reflect.DeepEqual(got, want) {
-			t.Fatalf("round trip %+v → %+v", want, got)
-		}
-	}
+	roundTripsEqual(t, txnRequests, txnResponses)
 	for name, body := range map[string][]byte{
 		"flags":     {1, byte(StreamTxn), StreamFlagPrev, 0, 2, '{', '}'},
 		"key":       {1, byte(StreamTxn), 0, 1, 'k', 2, '{', '}'},
