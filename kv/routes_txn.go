@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -18,18 +19,28 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	txn, err := decodeTxn(body, s.lim)
-	if err != nil {
-		return fmt.Errorf("txn: %w", err)
-	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.applyTxn(ctx, txn)
+	_, res, err := s.runTxn(ctx, body)
 	if err != nil {
-		return fmt.Errorf("txn: %w", err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, txnResponse(res))
 	return nil
+}
+
+// runTxn decodes and applies the JSON body of a transaction (POST /v1/txn, or the
+// stream protocol's txn op).
+func (s *Server) runTxn(ctx context.Context, body []byte) (*fsm.Txn, *fsm.Result, error) {
+	txn, err := decodeTxn(body, s.lim)
+	if err != nil {
+		return nil, nil, fmt.Errorf("txn: %w", err)
+	}
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("txn: %w", err)
+	}
+	return txn, res, nil
 }
 
 // handleCompact serves POST /v1/compact: body = api.CompactRequest. Reads below the

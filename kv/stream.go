@@ -443,13 +443,9 @@ func (s *Server) streamTxn(ctx context.Context, req *api.StreamRequest, resp *ap
 	if int64(len(req.Value)) > s.cfg.MaxTxnBodyBytes {
 		return fmt.Errorf("%w: txn body of %d bytes (at most %d)", ErrTooLarge, len(req.Value), s.cfg.MaxTxnBodyBytes)
 	}
-	txn, err := decodeTxn(req.Value, s.lim)
+	txn, res, err := s.runTxn(ctx, req.Value)
 	if err != nil {
-		return fmt.Errorf("txn: %w", err)
-	}
-	res, err := s.applyTxn(ctx, txn)
-	if err != nil {
-		return fmt.Errorf("txn: %w", err)
+		return err
 	}
 	body, err := json.Marshal(txnResponse(res))
 	if err != nil {
