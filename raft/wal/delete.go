@@ -11,8 +11,10 @@ import (
 
 // DeleteRange deletes entries min..max inclusive. hashicorp/raft deletes either a
 // prefix (after a snapshot) or a suffix (a follower's conflicting entries); a range
-// in the middle is refused. Any failure while deleting fails the store (ErrFailed):
-// what is on disk is then known only to a reopen.
+// in the middle is refused. A failure while deleting a suffix, or everything, fails
+// the store (ErrFailed): what is on disk is then known only to a reopen. A failure
+// while deleting a prefix does not: every step of it leaves a log a reopen reads
+// correctly (see deleteHeadLocked), and raft compacts again later.
 func (s *Store) DeleteRange(min, max uint64) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -29,7 +31,7 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	case min <= first && max >= last:
 		err = s.deleteAllLocked()
 	case min <= first:
-		err = s.deleteHeadLocked(max)
+		return s.deleteHeadLocked(max)
 	case max >= last:
 		err = s.deleteTailLocked(min)
 	default:
@@ -61,30 +63,39 @@ func (s *Store) deleteAllLocked() error {
 	return s.syncDir()
 }
 
-// deleteHeadLocked makes max+1 the first index: whole segments below it go, and the
-// logical first index is persisted before any file is removed.
+// deleteHeadLocked makes max+1 the first index. Whole segments below it are removed
+// first, oldest first, so that a full disk gets room before anything is written
+// (the first file is written through a new file); then the logical first index is
+// persisted. Every step leaves a log that a reopen reads correctly: a removal that a
+// power loss undoes, or a first file not written, brings back only a prefix of
+// entries that were being deleted — entries a snapshot covers, which raft compacts
+// again — and never a hole. So a failure here is reported, not fatal.
 func (s *Store) deleteHeadLocked(max uint64) error {
-	if err := writeFirst(s.fs, s.dir, max+1); err != nil {
-		return err
-	}
-	s.mu.first = max + 1
-	var keep []*segment
+	s.mu.first = max + 1 // for readers the entries are gone, whatever the disk says
 	var errs []error
-	for i, g := range s.mu.segs {
-		if i < len(s.mu.segs)-1 && len(g.offsets) > 0 && g.last() <= max {
-			g.f.Close()
-			if err := s.fs.Remove(g.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("wal: %w", err))
-			}
-			continue
+	removed := false
+	for len(s.mu.segs) > 1 {
+		g := s.mu.segs[0]
+		if len(g.offsets) > 0 && g.last() > max {
+			break
 		}
-		keep = append(keep, g)
+		if err := s.fs.Remove(g.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("wal: remove %s: %w", g.path, err))
+			break
+		}
+		g.f.Close()
+		s.mu.segs = s.mu.segs[1:]
+		removed = true
 	}
-	s.mu.segs = keep
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if removed {
+		if err := s.syncDir(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return s.syncDir()
+	if err := writeFirst(s.fs, s.dir, max+1); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // deleteTailLocked removes min..last: segments starting at or after min are removed
@@ -171,10 +182,12 @@ func writeFirst(fsys FS, dir string, first uint64) error {
 	}
 	if _, err := f.WriteAt(b, 0); err != nil {
 		f.Close()
+		fsys.Remove(tmp) // a full disk: give back what the attempt took
 		return fmt.Errorf("wal: write %s: %w", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		fsys.Remove(tmp)
 		return fmt.Errorf("wal: sync %s: %w", tmp, err)
 	}
 	if err := f.Close(); err != nil {

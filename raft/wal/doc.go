@@ -12,37 +12,46 @@
 //	payload = index:uint64 term:uint64 type:uint8 appendedAt:int64 data:bytes extensions:bytes
 //
 // (little endian; bytes = uint32 length + content), with consecutive indexes, at most
-// MaxRecordBytes of payload each.
+// MaxRecordBytes of payload each. Since keel 0.10 every record also says whether it
+// ends its StoreLogs batch, in two places older releases pass through untouched: the
+// low 16 bits of appendedAt and a 4-byte trailer of extensions (record.go). Releases
+// before read these records unchanged, so a node can be downgraded.
 //
 // # What Open keeps
 //
 // On Open every record is read and checked. A batch is written with one write and made
 // durable with one fdatasync before StoreLogs returns, and the next batch is written
-// only after that; so a crash can damage only the end of the last segment, the batch
-// that was being written. Open therefore accepts damage only as a suffix of the last
-// segment: when the first bad record there is followed by no good record, the bad bytes
-// are what an interrupted batch left (never acknowledged) and are cut off, durably,
-// before anything is appended. Complete records of that batch that precede the damage
-// are kept: they were never acknowledged, but keeping a prefix of a batch is as good as
-// the batch having been acknowledged and the answer lost, which Raft tolerates.
+// only after that; so a power loss can damage only the batch being written, the way a
+// disk loses an unfinished write: the file ends early, or whole sectors of the batch
+// read as zeros. Open cuts such damage off, durably, before anything is appended, and
+// keeps the complete records of that batch that precede it (never acknowledged, but
+// keeping them is as good as the batch having been acknowledged and the answer lost,
+// which Raft tolerates). Open logs how many bytes it cut and where.
 //
-// Any other damage — anywhere in an earlier segment, or a bad record followed by a good
-// one — is corruption and Open refuses to start, naming file, offset and cause. Damage
-// confined to the last record of the last segment cannot be told from a torn write and
-// is cut; Open logs how many bytes it cut and where.
+// Any other damage is corruption, and Open refuses to start with ErrCorrupt naming the
+// file, the offset, the first index affected and why: damage in a segment that is not
+// the last; a record the file holds whole that fails its checksum with none of its
+// sectors zeroed (a flipped bit — in the final record too); garbage; and damage in, or
+// before, a batch that another batch followed in the file — that batch was durable
+// before the next was written, so it was acknowledged. recover.go states the rules,
+// with a worked example and the two cases they cannot see. A node refused this way
+// must be rebuilt from its peers (docs/operations.md), never cut by hand: it may
+// have acknowledged the entries it lost.
 //
 // # What StoreLogs acknowledges
 //
-// StoreLogs returns only after fdatasync. A failed write leaves the store usable: the
-// bytes it may have left past the log's end are cut off (truncate + fdatasync) before
-// anything else is written, so they can neither come back after a restart nor sit in a
-// segment that rolls over — except a failed append right after a suffix was deleted:
-// hashicorp/raft then keeps the deleted entries as its last log (a TODO in its
-// appendEntries), so that failure is final too and a restart makes the two agree. A
-// failed fdatasync, or any failure while deleting, is final: the store refuses every later write with ErrFailed (after a failed fdatasync
-// the kernel may have dropped the dirty pages, and a retry that succeeds proves
-// nothing — the "fsyncgate" lesson) and calls Options.OnFail once, so the node can
-// stop writing and step down. Reopening re-reads what is on disk.
+// StoreLogs returns nil only after fdatasync. A failed write is cut back to the last
+// good record (truncate + fdatasync) before StoreLogs returns its error, so a plain
+// error means the entries are certainly not in the log, now or after any restart; if
+// that cut fails, the store fails (below) and the outcome is unknown. A failed
+// fdatasync, any failure while deleting a suffix, and a failed append right after a
+// suffix was deleted (hashicorp/raft then keeps the deleted entries as its last log,
+// a TODO in its appendEntries) are final: the store cuts the unsynced batch from the
+// page cache, so that a restart does not read it back as good ("fsyncgate"), refuses
+// every later write with ErrFailed, and calls Options.OnFail once, so the node can
+// stop writing and step down. Reopening re-reads what is on disk. A failure while
+// deleting a prefix is reported but not final: every step of it leaves a log a reopen
+// reads correctly, and whole segments go first, so a full disk gets room back.
 //
 // A truncation is durable before DeleteRange returns, and every creation, removal and
 // rename of a file is followed by a directory fsync before the store relies on it.
@@ -72,9 +81,10 @@
 //	    ErrFailed, as this package does).
 //
 // So the log stays keel's own, and earns it with the crash suite in this package
-// (crash_test.go, regress_test.go): every byte offset of the last batch cut, zeroed or
-// garbled; every byte of every segment flipped; a power loss at every file operation
-// with every prefix of the unsynced directory operations; failed writes, fdatasyncs
-// and truncations; and a model-based random test with crashes (`go test ./raft/wal
-// -wal.long` runs it for longer).
+// (crash_test.go, regress_test.go, regress22_test.go): every byte offset of the last
+// batch cut, zeroed from a sector or garbled; lost sectors inside a batch; every byte
+// of every segment flipped; a power loss at every file operation with every prefix of
+// the unsynced directory operations; failed writes, fdatasyncs and truncations; and a
+// model-based random test with crashes (`go test ./raft/wal -wal.long` runs it for
+// longer).
 package wal

@@ -84,8 +84,9 @@ func (m *memFS) failOnce(op, sub string, err error) {
 
 // crash returns the file system after a power loss that kept the first keep pending
 // directory operations (all of them when keep < 0) and, for each file whose volatile
-// data extends its durable data, tail(path, durable, extension) of the extension.
-func (m *memFS) crash(keep int, tail func(path string, extension []byte) []byte) *memFS {
+// data extends its durable data, tail(path, base, extension) of the extension, which
+// starts at offset base of the file.
+func (m *memFS) crash(keep int, tail tailFunc) *memFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if keep < 0 || keep > len(m.pending) {
@@ -108,7 +109,7 @@ func (m *memFS) crash(keep int, tail func(path string, extension []byte) []byte)
 		if !ok {
 			data := bytes.Clone(ino.durable)
 			if tail != nil && len(ino.data) > len(ino.durable) && bytes.HasPrefix(ino.data, ino.durable) {
-				data = append(data, tail(p, ino.data[len(ino.durable):])...)
+				data = append(data, tail(p, int64(len(ino.durable)), ino.data[len(ino.durable):])...)
 			}
 			c = &inode{data: data, durable: bytes.Clone(data)}
 			copies[ino] = c
@@ -358,23 +359,31 @@ func (f *memFile) Close() error {
 	return nil
 }
 
+// tailFunc says what a power loss keeps of a file's unsynced extension, which starts
+// at offset base.
+type tailFunc func(path string, base int64, extension []byte) []byte
+
 // Torn tails a power loss may leave of an unsynced extension.
 var (
-	tailNone = func(string, []byte) []byte { return nil }
-	tailAll  = func(_ string, ext []byte) []byte { return ext }
+	tailNone tailFunc = func(string, int64, []byte) []byte { return nil }
+	tailAll  tailFunc = func(_ string, _ int64, ext []byte) []byte { return ext }
 )
 
-// tailRandom keeps a random prefix of the extension, then random garbage or zeros.
-func tailRandom(rng *rand.Rand) func(string, []byte) []byte {
-	return func(_ string, ext []byte) []byte {
+// tailRandom is what a disk can leave of an unfinished write: the file ends anywhere
+// in the extension, and each 512-byte sector of what is kept was written or reads as
+// zeros (writeback goes out of order). Sectors are aligned to the file's offsets; the
+// one shared with the durable part keeps that part.
+func tailRandom(rng *rand.Rand) tailFunc {
+	return func(_ string, base int64, ext []byte) []byte {
 		keep := bytes.Clone(ext[:rng.IntN(len(ext)+1)])
-		switch rng.IntN(3) {
-		case 1:
-			for range rng.IntN(64) {
-				keep = append(keep, byte(rng.Uint32()))
+		if rng.IntN(2) == 0 {
+			return keep
+		}
+		for s := base / sectorSize * sectorSize; s < base+int64(len(keep)); s += sectorSize {
+			if rng.IntN(3) == 0 {
+				lo, hi := max(s, base)-base, min(s+sectorSize-base, int64(len(keep)))
+				clear(keep[lo:hi])
 			}
-		case 2:
-			keep = append(keep, make([]byte, rng.IntN(64))...)
 		}
 		return keep
 	}

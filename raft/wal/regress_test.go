@@ -202,7 +202,7 @@ func TestRegressionOversizedEntryRefused(t *testing.T) {
 	if err := s.StoreLogs(want); err != nil {
 		t.Fatal(err)
 	}
-	big := &hraft.Log{Index: 4, Term: 1, Type: hraft.LogCommand, Data: make([]byte, MaxRecordBytes)}
+	big := &hraft.Log{Index: 5, Term: 1, Type: hraft.LogCommand, Data: make([]byte, MaxRecordBytes)}
 	err := s.StoreLogs([]*hraft.Log{tlog(4, 1), big})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("oversized entry: %v, want ErrTooLarge", err)

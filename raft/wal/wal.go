@@ -74,9 +74,6 @@ type Store struct {
 	writeMu sync.Mutex // serializes writers (StoreLogs, DeleteRange, Close)
 	// Guarded by writeMu:
 	buf []byte // encode buffer
-	// dirty: a failed write may have left bytes past the tail's size; they are cut
-	// off before the next write.
-	dirty bool
 	// failed is the error that made the store refuse writes (nil while healthy).
 	failed error
 	// tailCut: a suffix was deleted and nothing appended since (see StoreLogs).
@@ -224,20 +221,24 @@ func (s *Store) openSegment(path string, last bool) (*segment, error) {
 		return nil, fmt.Errorf("wal: read %s: %w", path, err)
 	}
 	seg := &segment{f: f, path: path, first: first}
-	off, problem := scanRecords(data, first, func(_ uint64, at int64) { seg.offsets = append(seg.offsets, at) })
+	var lastTerm uint64
+	off, problem := scanRecords(data, first, func(l *hraft.Log, at int64) {
+		seg.offsets = append(seg.offsets, at)
+		lastTerm = l.Term
+	})
 	seg.size = off
 	if problem == "" {
 		return seg, nil
 	}
+	next := first + uint64(len(seg.offsets))
 	if !last {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s at offset %d: %s", ErrCorrupt, path, off, problem)
+		return nil, fmt.Errorf("%w: %s at offset %d (index %d): %s", ErrCorrupt, path, off, next, problem)
 	}
-	next := first + uint64(len(seg.offsets))
-	if at, idx := validRecordAfter(data, off, next); at >= 0 {
+	if why := judgeDamage(data, off, next, lastTerm); why != "" {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s at offset %d: %s, yet a good record (index %d) follows at offset %d: not a torn write",
-			ErrCorrupt, path, off, problem, idx, at)
+		return nil, fmt.Errorf("%w: %s at offset %d (index %d on, %d bytes): %s, and %s; entries up to %d are intact",
+			ErrCorrupt, path, off, next, int64(len(data))-off, problem, why, next-1)
 	}
 	// What an interrupted batch left: never acknowledged, so cut it off, durably.
 	s.log.Warn("cutting off the torn tail of the raft log", "file", path, "offset", off,
@@ -324,12 +325,6 @@ func (s *Store) StoreLogs(logs []*hraft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
-	for _, l := range logs {
-		if recordSize(l)-recordHeader > MaxRecordBytes {
-			return fmt.Errorf("%w: entry %d is %d bytes, the limit is %d", ErrTooLarge, l.Index,
-				len(l.Data)+len(l.Extensions), MaxRecordBytes-payloadFixed)
-		}
-	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	err := s.storeLocked(logs)
@@ -351,6 +346,12 @@ func (s *Store) StoreLogs(logs []*hraft.Log) error {
 func (s *Store) storeLocked(logs []*hraft.Log) error {
 	if err := s.writable(); err != nil {
 		return err
+	}
+	for _, l := range logs {
+		if recordSize(l)-recordHeader > MaxRecordBytes {
+			return fmt.Errorf("%w: entry %d is %d bytes, the limit is %d", ErrTooLarge, l.Index,
+				len(l.Data)+len(l.Extensions), MaxRecordBytes-payloadFixed-trailerLen)
+		}
 	}
 	s.mu.RLock()
 	last := s.mu.last
@@ -391,14 +392,26 @@ func (s *Store) storeLocked(logs []*hraft.Log) error {
 	offsets := make([]int64, len(logs))
 	for i, l := range logs {
 		offsets[i] = tail.size + int64(len(s.buf))
-		s.buf = appendRecord(s.buf, l)
+		s.buf = appendRecord(s.buf, l, i == len(logs)-1)
 	}
 	if _, err := tail.f.WriteAt(s.buf, tail.size); err != nil {
-		s.dirty = true // part of the batch may be in the file: cut before the next write
-		return fmt.Errorf("wal: append to %s: %w", tail.path, err)
+		err = fmt.Errorf("wal: append to %s: %w", tail.path, err)
+		// Part of the batch may be in the file (and in the page cache, which a restart
+		// reads back). The caller is told "not stored" only once that is certain.
+		if cerr := s.cutTo(tail); cerr != nil {
+			return s.fail(fmt.Errorf("%w; cutting what it left failed too, so it may come back: %w", err, cerr))
+		}
+		return err
 	}
 	if err := tail.f.Sync(); err != nil {
-		return s.fail(fmt.Errorf("wal: sync %s: %w", tail.path, err))
+		err = fmt.Errorf("wal: sync %s: %w", tail.path, err)
+		// fsyncgate: the batch may still sit in the page cache, where a restart without
+		// a power loss would read it back as good. Cut it before failing; whether the
+		// cut itself is durable is unknown, which is why the store fails.
+		if cerr := s.cutTo(tail); cerr != nil {
+			err = fmt.Errorf("%w (cutting the unsynced batch failed too: %v)", err, cerr)
+		}
+		return s.fail(err)
 	}
 	s.mu.Lock()
 	tail.offsets = append(tail.offsets, offsets...)
@@ -414,32 +427,29 @@ func (s *Store) storeLocked(logs []*hraft.Log) error {
 	return nil
 }
 
-// writable checks that a write may start, and first cuts off what a failed write may
-// have left past the tail's end. Called with writeMu held.
+// writable checks that a write may start. Called with writeMu held.
 func (s *Store) writable() error {
 	s.mu.RLock()
 	closed := s.mu.closed
-	var tail *segment
-	if n := len(s.mu.segs); n > 0 {
-		tail = s.mu.segs[n-1]
-	}
 	s.mu.RUnlock()
 	switch {
 	case closed:
 		return ErrClosed
 	case s.failed != nil:
 		return fmt.Errorf("%w: %w", ErrFailed, s.failed)
-	case !s.dirty || tail == nil:
-		s.dirty = false
-		return nil
 	}
+	return nil
+}
+
+// cutTo cuts tail back to its last good record, durably: what a failed write left
+// past it is gone from the file and the page cache. Called with writeMu held.
+func (s *Store) cutTo(tail *segment) error {
 	if err := tail.f.Truncate(tail.size); err != nil {
-		return s.fail(fmt.Errorf("wal: cut what a failed write left in %s: %w", tail.path, err))
+		return fmt.Errorf("wal: cut %s back to %d bytes: %w", tail.path, tail.size, err)
 	}
 	if err := tail.f.Sync(); err != nil {
-		return s.fail(fmt.Errorf("wal: sync %s: %w", tail.path, err))
+		return fmt.Errorf("wal: sync %s: %w", tail.path, err)
 	}
-	s.dirty = false
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 
 func entry(i uint64) *hraft.Log {
 	return &hraft.Log{Index: i, Term: i/10 + 1, Type: hraft.LogCommand, Data: []byte(fmt.Sprintf("data-%d", i)),
-		AppendedAt: time.Unix(0, int64(i)*1000)}
+		AppendedAt: time.Unix(0, int64(i)<<markBits)} // the WAL keeps appendedAt to 2^16 ns
 }
 
 func entries(from, to uint64) []*hraft.Log {
@@ -88,15 +88,19 @@ func TestStoreReopen(t *testing.T) {
 	check(t, open(t, dir), 1, 51)
 }
 
-// TestTornTail: whatever a crash left after the last complete record of the last
-// segment — a partial record, zeros, garbage — is cut off, and the log goes on.
+// TestTornTail: what an unfinished write leaves after the last complete record of the
+// last segment — a partial record, zeroed sectors — is cut off, and the log goes on.
+// A whole record that fails its checksum, or garbage, is damage, not an unfinished
+// write: Open refuses and changes nothing.
 func TestTornTail(t *testing.T) {
 	for name, tail := range map[string]func(rec []byte) []byte{
 		"partial record": func(rec []byte) []byte { return rec[:len(rec)/2] },
 		"zeros":          func(rec []byte) []byte { return make([]byte, 4096) },
-		"bad checksum":   func(rec []byte) []byte { r := bytes.Clone(rec); r[len(r)-1] ^= 1; return r },
 		"header only":    func(rec []byte) []byte { return rec[:5] },
+		"bad checksum":   func(rec []byte) []byte { r := bytes.Clone(rec); r[len(r)-1] ^= 1; return r },
+		"garbage":        func(rec []byte) []byte { return bytes.Repeat([]byte{0xa7, 0x13, 0x5c}, 700) },
 	} {
+		refused := name == "bad checksum" || name == "garbage"
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := open(t, dir)
@@ -107,8 +111,18 @@ func TestTornTail(t *testing.T) {
 			path := filepath.Join(dir, segmentName(1))
 			good, _ := os.ReadFile(path)
 			f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-			f.Write(tail(appendRecord(nil, entry(21))))
+			f.Write(tail(appendRecord(nil, entry(21), true)))
 			f.Close()
+			if refused {
+				size := fileSize(t, path)
+				if _, err := Open(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset") {
+					t.Fatalf("open = %v, want ErrCorrupt naming the offset", err)
+				}
+				if fileSize(t, path) != size {
+					t.Fatal("a refused segment was changed")
+				}
+				return
+			}
 			s = open(t, dir)
 			check(t, s, 1, 20)
 			if got, _ := os.ReadFile(path); !bytes.Equal(got, good) {
@@ -287,19 +301,31 @@ func TestConcurrentReads(t *testing.T) {
 // good prefix longer than the data.
 func FuzzScanRecords(f *testing.F) {
 	var b []byte
-	for _, l := range entries(1, 3) {
-		b = appendRecord(b, l)
+	for i, l := range entries(1, 3) {
+		b = appendRecord(b, l, i == 2)
 	}
 	f.Add(b)
 	f.Add(b[:len(b)-3])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n := 0
-		off, _ := scanRecords(data, 1, func(uint64, int64) { n++ })
+		off, problem := scanRecords(data, 1, func(*hraft.Log, int64) { n++ })
 		if off < 0 || off > int64(len(data)) {
 			t.Fatalf("offset %d outside %d bytes", off, len(data))
 		}
+		if problem != "" {
+			judgeDamage(data, off, 1+uint64(n), 0) // never panics, always ends
+		}
 	})
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
 
 // TestGapRestartsLog: hashicorp/raft restores a user snapshot at last+1 without an entry
