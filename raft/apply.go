@@ -115,7 +115,7 @@ func (n *Node) applyLocal(d data) (*fsm.Result, error) {
 	}
 	f := n.raft.Apply(d, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
-		return nil, mapRaftErr(err)
+		return nil, n.mapApplyErr(err)
 	}
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {
@@ -148,14 +148,29 @@ func (n *Node) applyRemote(ctx context.Context, addr string, d data) (*fsm.Resul
 // oldLeaderRecheck is how long a leader that refused rpcApplyLeases is sent rpcApply.
 const oldLeaderRecheck = time.Minute
 
+// mapApplyErr maps the error of a command this node appended as leader.
+//
+// A failed append to the leader's own log (a full disk, say) makes hashicorp/raft
+// step down before replicating the entry. Whether the entry can come back depends on
+// the log store: a plain error means the WAL cut what the write left, durably,
+// before answering — the entry is certainly not in any log, so another leader may
+// take the write (ErrNotLeader, retried). If the store failed instead (the cut or an
+// fdatasync failed), the entry may still be on this node's disk and be committed once
+// it restarts and leads: the outcome is unknown (ErrTimeout), never "not applied".
+func (n *Node) mapApplyErr(err error) error {
+	if err != nil && strings.Contains(err.Error(), "unable to store logs") && n.wal != nil && n.wal.Failed() != nil {
+		return fmt.Errorf("%w: the leader's log store failed while storing the entry, which may "+
+			"come back when it restarts: %v", ErrTimeout, err)
+	}
+	return mapRaftErr(err)
+}
+
 func mapRaftErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case strings.Contains(err.Error(), "unable to store logs"):
-		// The leader could not write the entry to its own log (a full disk, say) and
-		// stepped down before replicating it: certainly not applied, so another leader
-		// may take the write.
+		// See mapApplyErr: the log store cut the entry, so it is certainly not applied.
 		return fmt.Errorf("%w: leader could not store the entry: %v", ErrNotLeader, err)
 	case errors.Is(err, hraft.ErrNotLeader):
 		return ErrNotLeader
