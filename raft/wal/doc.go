@@ -60,8 +60,8 @@
 //
 // Three well-kept stores were measured against it with the same workload: one
 // StoreLogs of 256-byte entries per call, on ext4 with real fsync, 2 cores
-// (BenchmarkStoreLogs in raft/pebblelog runs all of them in one go; medians of 6
-// samples, 2026-11-23):
+// (BenchmarkStoreLogs, then in raft/pebblelog, ran all of them in one go; medians of
+// 6 samples, 2026-11-23; raft's BenchmarkStoreLogs still compares wal and bolt):
 //
 //		batch   raft/wal    pebble v2.1.7      raft-boltdb v2
 //		    1    291 µs     307 µs (1.05×)     648 µs (2.2×)
@@ -74,11 +74,11 @@
 //	  - hashicorp/raft-wal v0.4.0 was as fast, but a node killed with -9 in keel's
 //	    chaos suite could not restart ("sealed segment has no index block", its issue
 //	    31), and its Close left the meta database locked.
-//	  - cockroachdb/pebble v2 (raft/pebblelog, a complete LogStore kept for this
-//	    comparison and as a fallback) passes the same kinds of crash and I/O-error
-//	    tests, but is 1.05–1.55× slower per batch, adds 11.9 MB (+60 %) to the binary,
-//	    and on a failed WAL fsync calls Logger.Fatalf (the store turns that into
-//	    ErrFailed, as this package does).
+//	  - cockroachdb/pebble v2 (raft/pebblelog, a complete LogStore, in main until
+//	    commit 0df7a62) passed the same kinds of crash and I/O-error tests, but was
+//	    1.05–1.55× slower per batch, added 11.9 MB (+60 %) to the binary, and on a
+//	    failed WAL fsync called Logger.Fatalf. Once this log passed the second review's
+//	    cases too (issue 22), the unwired fallback left main.
 //
 // So the log stays keel's own, and earns it with the crash suite in this package
 // (crash_test.go, regress_test.go, regress22_test.go): every byte offset of the last
