@@ -471,3 +471,52 @@ func TestCompactQueueFIFO(t *testing.T) {
 		t.Fatalf("newCompactQueue len %d", q2.len())
 	}
 }
+
+// TestTxnCompareCreateRevision: a create_revision guard compares the revision that
+// created the key, never its mod revision. The key is created at A, modified at B, and
+// each guard against A or B (equal, not equal, less, greater) holds only for A; a key
+// deleted and put again has the revision of its new creation.
+func TestTxnCompareCreateRevision(t *testing.T) {
+	s := NewStore()
+	a := apply(t, s, txn(put("k", "v1"))).Revision
+	apply(t, s, txn(put("other", "x")))
+	b := apply(t, s, txn(put("k", "v2"))).Revision
+	if kv := mustGet(t, s.View(), "k", 0); kv.CreateRevision != a || kv.ModRevision != b || a == b {
+		t.Fatalf("k = %+v, want created at %d, modified at %d", kv, a, b)
+	}
+	guard := func(r CompareResult, operand int64) bool {
+		t.Helper()
+		before := s.Revision()
+		res := apply(t, s, &Command{Type: CmdTxn, Txn: &Txn{
+			Compares: []Compare{{Key: []byte("k"), Target: TargetCreateRevision, Result: r, Int: operand}},
+			Success:  []Op{put("ok", "x")}}})
+		if res.Err != nil {
+			t.Fatalf("txn: %v", res.Err)
+		}
+		if wrote := s.Revision() != before; wrote != res.Succeeded {
+			t.Fatalf("succeeded %v but revision moved %v", res.Succeeded, wrote)
+		}
+		return res.Succeeded
+	}
+	for _, c := range []struct {
+		result  CompareResult
+		operand int64
+		want    bool
+	}{
+		{CompareEqual, a, true}, {CompareEqual, b, false},
+		{CompareNotEqual, b, true}, {CompareNotEqual, a, false},
+		{CompareLess, b, true}, {CompareLess, a, false},
+		{CompareGreater, a - 1, true}, {CompareGreater, a, false},
+	} {
+		if got := guard(c.result, c.operand); got != c.want {
+			name := map[CompareResult]string{CompareEqual: "equal", CompareNotEqual: "not_equal",
+				CompareLess: "less", CompareGreater: "greater"}[c.result]
+			t.Errorf("create_revision %s %d (created %d, modified %d) = %v, want %v", name, c.operand, a, b, got, c.want)
+		}
+	}
+	apply(t, s, txn(del("k")))
+	c := apply(t, s, txn(put("k", "v3"))).Revision
+	if !guard(CompareEqual, c) || guard(CompareEqual, a) {
+		t.Errorf("after delete and put at %d: create_revision guard still sees %d", c, a)
+	}
+}

@@ -507,3 +507,69 @@ func TestWatchNotifyPoll(t *testing.T) {
 		t.Fatalf("poll after Close = %v", err)
 	}
 }
+
+// TestWatchApplyBatchEveryRevision: raft hands the store many committed entries in
+// one ApplyBatch (one view publish); a watcher gets the events of every revision of
+// the batch, in order, not only the last one's. The batch mixes writes inside and
+// outside the watched range, a no-op entry, a failed guard and a read-only
+// transaction (no revision).
+func TestWatchApplyBatchEveryRevision(t *testing.T) {
+	s := NewStore()
+	apply(t, s, txn(put("a/0", "start")))
+	w, err := s.Watch(prefixWatch("a/", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	one, err := s.Watch(WatchOptions{Key: []byte("a/1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	// Register both with the hub now (a watcher registers at its first Next): the
+	// batch must reach them live, not through a replay of the history.
+	for _, x := range []*Watcher{w, one} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if gs, err := x.Next(ctx); !errors.Is(err, context.Canceled) || len(gs) > 0 {
+			t.Fatalf("first Next of a watch from now: %v, %v", gs, err)
+		}
+	}
+	failed := &Command{Type: CmdTxn, Txn: &Txn{Success: []Op{put("a/9", "no")},
+		Compares: []Compare{{Key: []byte("a/1"), Target: TargetVersion, Result: CompareEqual, Int: 9}}}}
+	readOnly := &Command{Type: CmdTxn, Txn: &Txn{Success: []Op{{Type: OpGet, Key: []byte("a/1")}}}}
+	cmds := []*Command{
+		txn(put("a/1", "x")),                   // rev 2
+		txn(put("b/1", "out")),                 // rev 3: outside a/
+		txn(put("a/2", "y"), put("a/1", "x2")), // rev 4: two events
+		nil,                                    // a no-op entry (a configuration change)
+		failed,                                 // no revision
+		readOnly,                               // no revision
+		txn(del("a/2")),                        // rev 5
+		txn(put("a/3", "z")),                   // rev 6
+	}
+	entries := make([]Entry, len(cmds))
+	for i, c := range cmds {
+		entries[i] = Entry{Index: s.AppliedIndex() + 1 + uint64(i), NoOp: c == nil}
+		if c != nil {
+			if entries[i].Data, err = EncodeCommand(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.ApplyBatch(entries)
+	if s.Revision() != 6 {
+		t.Fatalf("revision after the batch = %d, want 6", s.Revision())
+	}
+	checkEvents(t, "prefix a/", collect(t, w, 6), []wev{
+		{2, EventPut, "a/1", "x", "", false},
+		{4, EventPut, "a/1", "x2", "x", true},
+		{4, EventPut, "a/2", "y", "", false},
+		{5, EventDelete, "a/2", "", "y", true},
+		{6, EventPut, "a/3", "z", "", false},
+	})
+	checkEvents(t, "key a/1", collect(t, one, 6), []wev{
+		{2, EventPut, "a/1", "x", "", false},
+		{4, EventPut, "a/1", "x2", "x", true},
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,6 +116,25 @@ func TestListDefaultAndMaxLimit(t *testing.T) {
 	ts.listPage("k/", url.Values{"limit": {"10000"}})
 }
 
+// tryDo sends one request and returns an error unless it is answered 200: for
+// goroutines other than the test's, which must not call t.Fatal.
+func (ts *testServer) tryDo(method, path, body string) error {
+	req, err := http.NewRequest(method, ts.url+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s = %d %s", method, path, resp.StatusCode, b)
+	}
+	return nil
+}
+
 // TestListPagingConcurrentWrites: a 10,000-key scan with limit 97 returns every key
 // exactly once, with its value at the first page's revision, while writers overwrite,
 // delete and add keys of the same prefix.
@@ -125,27 +145,43 @@ func TestListPagingConcurrentWrites(t *testing.T) {
 
 	first := ts.listPage("p/", url.Values{"limit": {strconv.Itoa(limit)}})
 	rev := first.Revision
+	// The writers report failures instead of failing the test themselves (t.Fatal
+	// belongs to the test's goroutine), and are stopped and waited for on every way
+	// out of the test, a failed page included.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var writes atomic.Int64
+	writeErrs := make(chan error, 3)
+	stopWriters := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+		close(writeErrs)
+		for err := range writeErrs {
+			t.Errorf("concurrent writer: %v", err)
+		}
+	})
+	defer stopWriters()
 	for w := 0; w < 3; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for i := 0; ; i++ {
+			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
 				k := fmt.Sprintf("p/%05d", rand.IntN(n))
+				method, path, body := http.MethodPut, "/v1/kv/"+k, "new"
 				switch w {
-				case 0:
-					ts.doJSON(http.MethodPut, "/v1/kv/"+k, []byte("new"), http.StatusOK, nil)
 				case 1:
-					ts.doJSON(http.MethodDelete, "/v1/kv/"+k, nil, http.StatusOK, nil)
+					method, body = http.MethodDelete, ""
 				case 2:
-					ts.doJSON(http.MethodPut, "/v1/kv/"+k+"-added", []byte("new"), http.StatusOK, nil)
+					path += "-added"
+				}
+				if err := ts.tryDo(method, path, body); err != nil {
+					writeErrs <- err
+					return
 				}
 				writes.Add(1)
 			}
@@ -162,8 +198,7 @@ func TestListPagingConcurrentWrites(t *testing.T) {
 		token = page.Continue
 		time.Sleep(time.Millisecond) // let the writers interleave
 	}
-	close(stop)
-	wg.Wait()
+	stopWriters()
 
 	if len(items) != n {
 		t.Fatalf("scan returned %d keys, want %d", len(items), n)

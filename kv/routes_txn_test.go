@@ -216,3 +216,43 @@ func TestTxnDuplicateKey(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnCreateRevisionGuard: "create_revision" guards the revision that created the
+// key, not its mod revision, over POST /v1/txn and the stream's txn op alike. The key
+// is created at A and modified at B: a guard equal to A holds, one equal to B fails.
+func TestTxnCreateRevisionGuard(t *testing.T) {
+	ts := newTestServer(t)
+	a := ts.put("k", "1")
+	ts.put("other", "x")
+	b := ts.put("k", "2")
+	conn, br := rawStream(t, ts)
+	body := func(result string, operand int64) []byte {
+		return []byte(fmt.Sprintf(`{"compare":[{"key":"k","target":"create_revision","result":%q,"int":%d}],
+		  "success":[{"type":"get","key":"k"}]}`, result, operand))
+	}
+	for i, c := range []struct {
+		result  string
+		operand int64
+		want    bool
+	}{
+		{api.ResultEqual, a, true}, {api.ResultEqual, b, false},
+		{api.ResultLess, b, true}, {api.ResultGreater, a, false},
+	} {
+		var resp api.TxnResponse
+		ts.doJSON(http.MethodPost, api.PathTxn, body(c.result, c.operand), http.StatusOK, &resp)
+		if resp.Succeeded != c.want {
+			t.Errorf("POST txn: create_revision %s %d (created %d, modified %d) succeeded %v, want %v",
+				c.result, c.operand, a, b, resp.Succeeded, c.want)
+		}
+		sendReq(t, conn, api.StreamRequest{ID: uint64(i + 1), Op: api.StreamTxn, Value: body(c.result, c.operand)})
+		r := readResponse(t, br)
+		resp = api.TxnResponse{}
+		if r.Err != nil || json.Unmarshal(r.Body, &resp) != nil {
+			t.Fatalf("stream txn: %+v (err %+v)", r, r.Err)
+		}
+		if resp.Succeeded != c.want {
+			t.Errorf("stream txn: create_revision %s %d (created %d, modified %d) succeeded %v, want %v",
+				c.result, c.operand, a, b, resp.Succeeded, c.want)
+		}
+	}
+}

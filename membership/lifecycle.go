@@ -150,6 +150,7 @@ func (m *Membership) Close(ctx context.Context) error {
 		close(m.events) // the pump, its only sender, has returned
 		close(done)
 	}()
+	defer m.mlLog.close() // after Shutdown's own lines; a probe still in flight is silent
 	select {
 	case <-done:
 		m.logger.Info("gossip stopped", "node", m.cfg.NodeID)

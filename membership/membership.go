@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"sync"
 	"time"
 
@@ -27,6 +29,7 @@ type Membership struct {
 	closing chan struct{} // closed by Close
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // pump, retry-join and join goroutines
+	mlLog   *logGate       // memberlist's log, shut by Close
 
 	// lifecycle is held (read) around memberlist calls that must not overlap its
 	// Shutdown (Leave panics after it) and (write) by Close around Shutdown.
@@ -95,8 +98,12 @@ func Open(ctx context.Context, cfg Config, meta Meta) (*Membership, error) {
 	m.mu.members = make(map[string]*Member)
 	m.mu.pending = make(map[string]*Event)
 
-	ml, err := memberlist.Create(cfg.memberlistConfig(cfg.Logger, &delegate{m: m}))
+	mc := cfg.memberlistConfig(cfg.Logger, &delegate{m: m})
+	m.mlLog = &logGate{w: cfg.Logger.Named("memberlist").StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})}
+	mc.Logger = log.New(m.mlLog, "", 0)
+	ml, err := memberlist.Create(mc)
 	if err != nil {
+		m.mlLog.close()
 		return nil, fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
@@ -304,4 +311,30 @@ func (m *Membership) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.mu.stats
+}
+
+// logGate passes memberlist's log lines on until it is closed. memberlist's Shutdown
+// does not wait for a probe in flight, which then logs that the transport is closed:
+// Close shuts the gate, so that nothing of a closed Membership logs after Close has
+// returned (in tests, a line logged after the test ends panics the test binary).
+type logGate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *logGate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+// close drops every later line; it waits for a line being written.
+func (g *logGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }

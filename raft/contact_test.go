@@ -19,8 +19,9 @@ const clientTimeout = 5 * time.Second
 
 // newProxiedCluster starts size nodes on their own loopback IPs (127.0.0.11, .12, ...)
 // behind chaos.Network proxies: every node advertises its proxy's address and dials
-// from its own IP, so the network knows who sends what and can cut any link.
-func newProxiedCluster(t *testing.T, size int) (*testCluster, *chaos.Network, []string) {
+// from its own IP, so the network knows who sends what and can cut any link. tune, if
+// set, adjusts node i's config before it opens.
+func newProxiedCluster(t *testing.T, size int, tune func(i int, cfg *Config)) (*testCluster, *chaos.Network, []string) {
 	t.Helper()
 	ids := make([]string, size)
 	ips := map[string]string{}
@@ -61,6 +62,9 @@ func newProxiedCluster(t *testing.T, size int) (*testCluster, *chaos.Network, []
 			t.Fatal(err)
 		}
 		cfg.AdvertiseAddr = adv
+		if tune != nil {
+			tune(i, &cfg)
+		}
 		if i == 0 {
 			cfg.Bootstrap = true
 		} else {
@@ -100,7 +104,7 @@ func timed(fn func() error) (time.Duration, error) {
 // (outcome unknown) as soon as the node notices, not after ApplyTimeout; and a leader
 // cut off from the majority notices too. The majority keeps serving throughout.
 func TestCutOffNodeFailsFast(t *testing.T) {
-	c, network, ids := newProxiedCluster(t, 3)
+	c, network, ids := newProxiedCluster(t, 3, nil)
 	lead := c.leader()
 	mustPut(t, c.nodes[(lead+1)%3], "warm", "up") // pools a forwarding connection
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)

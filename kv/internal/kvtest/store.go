@@ -140,6 +140,28 @@ func (s *LocalStore) applyLocked(cmd *fsm.Command) *fsm.Result {
 	return s.fsm.Apply(s.mu.index, data)
 }
 
+// ApplyBatch encodes cmds and applies them at consecutive log indexes in one
+// fsm.Store.ApplyBatch, as raft's FSM goroutine hands over several committed entries
+// at once (one view publish for all); a nil command is a no-op entry (a configuration
+// change). It returns each command's result (nil for a no-op).
+func (s *LocalStore) ApplyBatch(cmds []*fsm.Command) ([]*fsm.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entries := make([]fsm.Entry, len(cmds))
+	for i, cmd := range cmds {
+		entries[i] = fsm.Entry{Index: s.mu.index + 1 + uint64(i), NoOp: cmd == nil}
+		if cmd != nil {
+			data, err := fsm.EncodeCommand(cmd)
+			if err != nil {
+				return nil, err
+			}
+			entries[i].Data = data
+		}
+	}
+	s.mu.index += uint64(len(cmds))
+	return s.fsm.ApplyBatch(entries), nil
+}
+
 // View returns the store's current view for either consistency.
 func (s *LocalStore) View(ctx context.Context, c fsm.Consistency) (*fsm.View, error) {
 	if err := s.fault(); err != nil {
