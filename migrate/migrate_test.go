@@ -139,7 +139,9 @@ func TestMigrate(t *testing.T) {
 	}
 	f.put("u1", v1obj("u1", 7), "") // a restored backup: no tag, apiVersion apps/v1
 	f.put("zz-poison", `{"apiVersion":"apps/v1","spec":"not an object"}`, "apps/widgets/v1")
-	m := f.migrator(Config{Chunk: 5, BlockedRetry: 10 * time.Millisecond})
+	// Blocked, the migrator waits BlockedRetry before it scans again: an hour, so no
+	// step of this test rescans until the test says that time has passed (below).
+	m := f.migrator(Config{Chunk: 5, BlockedRetry: time.Hour})
 
 	// First chunk: the pass is pinned to a revision.
 	if more, err := m.Step(context.Background(), f.res); err != nil || !more {
@@ -214,7 +216,7 @@ func TestMigrate(t *testing.T) {
 		Type: fsm.OpDelete, Key: []byte(f.res.Prefix + "zz-poison")}}}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	m.cfg.BlockedRetry = time.Nanosecond // the retry interval has passed
 	st = f.stepUntil(m, StateSucceeded)
 	if len(st.Remaining) != 0 || st.Total != 21 || st.Finished.IsZero() {
 		t.Fatalf("final status %+v", st)
