@@ -138,7 +138,7 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 	defer cancel()
 	res, err := RunScenario(ctx, be, sc, RunOptions{
 		Seed: seed, ArtifactsRoot: ArtifactsRoot(), Logf: t.Logf,
-		KeepArtifacts: os.Getenv("KEEL_CHAOS_KEEP") != "",
+		KeepArtifacts: os.Getenv("KEEL_CHAOS_KEEP") != "", Test: t.Name(),
 	})
 	if err != nil {
 		t.Fatalf("scenario %s: %v", sc.Name, err)
@@ -174,7 +174,7 @@ func runScenario(t *testing.T, be Backend, sc Scenario, seed int64) {
 	for _, p := range res.Problems {
 		t.Errorf("problem: %s", p)
 	}
-	t.Errorf("artifacts: %s (replay: KEEL_CHAOS_SEED=%d)", res.Artifacts, seed)
+	t.Errorf("artifacts: %s (replay: %s)", res.Artifacts, res.Replay)
 }
 
 // TestChaos runs every scenario declared for processes on keel processes on loopback.
@@ -232,8 +232,7 @@ func TestSoak(t *testing.T) {
 			runScenario(t, be, sc, s)
 		})
 		if !ok {
-			t.Logf("soak run %d (%s, seed %d) failed; replay: KEEL_CHAOS_SEED=%d go test -tags chaos ./chaos/ -run 'TestChaos/%s$' -v",
-				i, sc.Name, s, s, sc.Name)
+			t.Logf("soak run %d (%s, seed %d) failed; replay: %s", i, sc.Name, s, ReplayCommand("TestChaos/"+sc.Name, s))
 		}
 	}
 }

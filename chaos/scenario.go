@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,20 @@ type RunOptions struct {
 	CheckTimeout  time.Duration
 	Floors        Floors // zero: DefaultFloors
 	Logf          func(format string, args ...any)
+	// Test is the go test name that replays this run ("TestChaosDocker/pause"; ""
+	// means TestChaos/<scenario>), for the replay command of the artifacts.
+	Test string
+}
+
+// ReplayCommand is the command that runs test (a go test name, "TestChaos/pause") again
+// with seed, and nothing else: every level of the name is anchored, as -run matches
+// each level as an unanchored regexp ('TestChaos/pause' also runs TestChaosDocker/pause).
+func ReplayCommand(test string, seed int64) string {
+	parts := strings.Split(test, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return fmt.Sprintf("KEEL_CHAOS_SEED=%d go test -tags chaos ./chaos/ -run '%s' -v", seed, strings.Join(parts, "/"))
 }
 
 // RunResult is everything a run learned.
@@ -78,6 +93,7 @@ type RunResult struct {
 	Elapsed   time.Duration
 	OpsPerSec float64 // client operations attempted per second of traffic
 	Artifacts string  // where the artifacts were written ("" when none)
+	Replay    string  // the command that replays the run (ReplayCommand)
 }
 
 // OK says whether the run passed every check.
@@ -122,8 +138,11 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	if err := w.Validate(); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	if opt.Test == "" {
+		opt.Test = "TestChaos/" + sc.Name
+	}
 	out := &RunResult{Scenario: sc.Name, Backend: be.Name(), Seed: opt.Seed,
-		Schedule: NewSchedule(opt.Seed, sc.Window, sc.Faults...)}
+		Schedule: NewSchedule(opt.Seed, sc.Window, sc.Faults...), Replay: ReplayCommand(opt.Test, opt.Seed)}
 	opt.Logf("scenario %s on %s, seed %d (replay: KEEL_CHAOS_SEED=%d); schedule %s",
 		sc.Name, be.Name(), opt.Seed, opt.Seed, out.Schedule)
 
@@ -293,7 +312,7 @@ func writeArtifacts(o *RunResult, c Cluster, h *History) error {
 	errs = append(errs, o.Report.WriteVisualization(filepath.Join(o.Artifacts, "linearizability.html")))
 	errs = append(errs, h.WriteJSON(filepath.Join(o.Artifacts, "history.jsonl")))
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nreplay: KEEL_CHAOS_SEED=%d go test -tags chaos ./chaos/ -run 'TestChaos/%s' -v\n\n", o.Summary(), o.Seed, o.Scenario)
+	fmt.Fprintf(&b, "%s\n\nreplay: %s\n\n", o.Summary(), o.Replay)
 	fmt.Fprintf(&b, "report: %s\n\nschedule: %s\n\nfaults (history clock, ms):\n", o.Report, o.Schedule)
 	for _, e := range o.Events {
 		fmt.Fprintf(&b, "  %8.0f - %8.0f  %s %s %s\n", float64(e.Start)/1e6, float64(e.End)/1e6, e.Desc, e.Err, e.HealErr)

@@ -307,3 +307,75 @@ func TestKeyAutoAdvance(t *testing.T) {
 		t.Fatalf("phase %d before the dwell of an hour passed, want 1", rec.Phase)
 	}
 }
+
+// TestKeyRollbackEveryTarget: every rollback the rules allow, from every phase to every
+// earlier one, runs to its target phase and leaves the migration able to go on: the
+// new range is empty at phase 0 (else 0 → 1 is refused and the migration is stuck),
+// every object is in the old range below phase 4, and the next advance is accepted.
+//
+//	from  to       how
+//	1-3   < from   at once (to 0: the new range deleted in the same transaction)
+//	4     0-3      reverse copy, then the phase switch (to 0: the new range deleted)
+//	5     4        at once (nothing deleted yet)
+//	5     0-3      reverse copy as from 4
+func TestKeyRollbackEveryTarget(t *testing.T) {
+	const n = 60
+	for from := 1; from <= api.KeyPhaseMax; from++ {
+		for to := 0; to < from; to++ {
+			t.Run(fmt.Sprintf("%d-to-%d", from, to), func(t *testing.T) {
+				f := newKeyFixture(t)
+				f.seed(n)
+				m := f.migrator()
+				objects := f.walkTo(m, from)
+				if _, err := Rollback(context.Background(), f.n, f.k, to, Transition{By: "test"}); err != nil {
+					t.Fatalf("rollback %d → %d: %v", from, to, err)
+				}
+				f.stepUntilDone(m)
+				rec, err := versions.ReadKeyPhase(f.view(), f.k.Name)
+				if err != nil || rec.Phase != to || rec.RollbackTo != nil {
+					t.Fatalf("after the rollback %d → %d: phase record %+v, %v; want phase %d, no rollback pending", from, to, rec, err, to)
+				}
+				old, nw := CountKeys(f.view(), f.k)
+				if to == api.KeyPhaseOld && nw != 0 {
+					t.Errorf("rollback %d → 0 left %d keys in the new range", from, nw)
+				}
+				if to < api.KeyPhaseNew && old != objects {
+					t.Errorf("rollback %d → %d: %d old keys, want every object (%d)", from, to, old, objects)
+				}
+				f.announce(to)
+				if err := f.advance(to + 1); err != nil {
+					t.Errorf("advance %d → %d after the rollback from %d: %v", to, to+1, from, err)
+				}
+			})
+		}
+	}
+}
+
+// walkTo advances a fresh migration to phase p with its work done up to p (the copy of
+// phase 3 before 4; nothing deleted in 5), writing one object to both ranges in phase 1
+// (a client's mirrored write) and one to the new range only in phase 4, as clients do.
+// It returns the number of objects.
+func (f *keyFixture) walkTo(m *Migrator, p int) int64 {
+	f.t.Helper()
+	objects := countRange(f.view(), []byte(f.k.From))
+	for q := 1; q <= p; q++ {
+		if q == api.KeyPhaseNew {
+			f.stepUntilDone(m)
+		}
+		if err := f.advance(q); err != nil {
+			f.t.Fatalf("advance to %d: %v", q, err)
+		}
+		if q == api.KeyPhaseMirror {
+			f.apply(fsm.Op{Type: fsm.OpPut, Key: []byte(f.k.From + "w-mirror"), Value: []byte(`{"spec":{"size":1}}`)},
+				fsm.Op{Type: fsm.OpPut, Key: []byte(f.k.To + "w-mirror"),
+					Value: []byte(`{"apiVersion":"apps/v1","metadata":{"name":"w-mirror"},"spec":{"count":1}}`)})
+			objects++
+		}
+		if q == api.KeyPhaseNew {
+			f.apply(fsm.Op{Type: fsm.OpPut, Key: []byte(f.k.To + "w-new"),
+				Value: []byte(`{"apiVersion":"apps/v1","metadata":{"name":"w-new"},"spec":{"count":5}}`)})
+			objects++
+		}
+	}
+	return objects
+}

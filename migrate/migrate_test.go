@@ -89,8 +89,16 @@ func (f *fixture) migrator(cfg Config) *Migrator {
 	return m
 }
 
-// stepUntil steps until the status is in state want (at most 200 steps per 100
-// objects scanned, so a benchmark of 100k objects fits).
+// maxTestPasses bounds the passes of a migration in these tests: one pass rewrites
+// everything a correct migrator sees, and the tests add at most a few (a restart after a
+// StorageVersion change, objects written behind the scan).
+const maxTestPasses = 10
+
+// stepUntil steps until the status is in state want. A migrator that makes no progress
+// — a pass that leaves objects for the next one, which leaves them again — fails after
+// maxTestPasses passes with what is left, rather than at the test binary's timeout;
+// the steps are bounded too (200 per 100 objects scanned, so a benchmark of 100k
+// objects fits).
 func (f *fixture) stepUntil(m *Migrator, want State) *Status {
 	f.t.Helper()
 	for range 200_000 {
@@ -105,8 +113,12 @@ func (f *fixture) stepUntil(m *Migrator, want State) *Status {
 		if st != nil && st.State == want {
 			return st
 		}
+		if st != nil && st.Pass > maxTestPasses {
+			f.t.Fatalf("no progress: pass %d of the migration into %s (state %s), %v objects still left, want state %s; a pass leaves objects behind",
+				st.Pass, st.Target, st.State, st.Remaining, want)
+		}
 	}
-	f.t.Fatalf("never reached %s", want)
+	f.t.Fatalf("never reached %s in 200000 steps", want)
 	return nil
 }
 
@@ -127,7 +139,9 @@ func TestMigrate(t *testing.T) {
 	}
 	f.put("u1", v1obj("u1", 7), "") // a restored backup: no tag, apiVersion apps/v1
 	f.put("zz-poison", `{"apiVersion":"apps/v1","spec":"not an object"}`, "apps/widgets/v1")
-	m := f.migrator(Config{Chunk: 5, BlockedRetry: 10 * time.Millisecond})
+	// Blocked, the migrator waits BlockedRetry before it scans again: an hour, so no
+	// step of this test rescans until the test says that time has passed (below).
+	m := f.migrator(Config{Chunk: 5, BlockedRetry: time.Hour})
 
 	// First chunk: the pass is pinned to a revision.
 	if more, err := m.Step(context.Background(), f.res); err != nil || !more {
@@ -202,7 +216,7 @@ func TestMigrate(t *testing.T) {
 		Type: fsm.OpDelete, Key: []byte(f.res.Prefix + "zz-poison")}}}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	m.cfg.BlockedRetry = time.Nanosecond // the retry interval has passed
 	st = f.stepUntil(m, StateSucceeded)
 	if len(st.Remaining) != 0 || st.Total != 21 || st.Finished.IsZero() {
 		t.Fatalf("final status %+v", st)
