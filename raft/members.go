@@ -30,8 +30,8 @@ type Status struct {
 	Members      []Member
 }
 
-// Status reports the node's raft state. The member list is refreshed in the background
-// (GetConfiguration goes through the raft loop), so it can trail a change by a second.
+// Status reports the node's raft state. The member list is refreshed in the background,
+// so it can trail a change by a second.
 func (n *Node) Status() Status {
 	addr, id := n.raft.LeaderWithID()
 	st := Status{
@@ -74,6 +74,7 @@ func (n *Node) refreshMembers() {
 		ms = append(ms, Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrage})
 	}
 	n.members.Store(&ms)
+	n.cutNonMembers(ms)
 }
 
 // AddVoter adds (or re-addresses) a voting server; on a follower it is forwarded.

@@ -157,6 +157,9 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 	if kind == rpcApplyLeases && n.cfg.noApplyLeasesRPC {
 		kind = 0 // answered as a release before it did
 	}
+	if err := n.mayCall(peer, kind); err != nil {
+		return nil, err
+	}
 	switch kind {
 	case rpcApply, rpcApplyLeases:
 		// Forwarded writes are applied only here, never forwarded again: a stale
@@ -180,7 +183,7 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 		if !ok {
 			return nil, errors.New("raft rpc: bad join request")
 		}
-		if err := n.mayAdd(peer, id); err != nil {
+		if err := n.mayAdd(ctx, peer, id, addr); err != nil {
 			return nil, err
 		}
 		return nil, n.addServer(ctx, id, addr, kind == rpcAddVoter)
