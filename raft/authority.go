@@ -26,8 +26,9 @@ import (
 //     cannot tell its future leader from anyone: it accepts Raft connections and the
 //     read-only state requests (rpcApplied, rpcFormats) from any node of the CA, and
 //     nothing else;
-//   - when a peer leaves the configuration its accepted connections are cut (within a
-//     members refresh, half a second), so a pooled connection outlives no removal;
+//   - when a peer leaves the configuration its accepted Raft connections are cut
+//     (within a members refresh, half a second), so a pooled connection outlives no
+//     removal; its keel RPCs are refused from the next request on;
 //   - a certificate the cluster revoked (revoke.go) is refused on both sides.
 //
 // Without TLS the port is plain text (insecure dev mode): there is no identity, and
@@ -99,7 +100,7 @@ func (n *Node) mayAdd(ctx context.Context, peer, id, addr string) error {
 	return nil
 }
 
-// cutNonMembers closes the accepted connections of peers that are no longer members,
+// cutNonMembers closes the accepted Raft connections of peers that are no longer members,
 // once this node is in its configuration.
 func (n *Node) cutNonMembers(ms []Member) {
 	in := map[string]bool{}
@@ -114,7 +115,7 @@ func (n *Node) cutNonMembers(ms []Member) {
 	}
 }
 
-// peerConns tracks accepted TLS connections with their peer's node ID.
+// peerConns tracks accepted Raft connections with their peer's node ID.
 type peerConns struct {
 	mu    sync.Mutex
 	conns map[*peerConn]struct{}

@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net"
 	"slices"
@@ -165,5 +166,62 @@ func joinedNodeWorks(t *testing.T, c *testCluster, ca *tlstest.CA) {
 	}
 	if _, err := v.Get([]byte("before"), 0); err != nil {
 		t.Errorf("n4 reads the cluster's data: %v", err)
+	}
+}
+
+// TestRetiredNodeCertificateIsRefused: in a 3-node TLS cluster, follower A retires
+// itself (keel leave) and the leader retires follower B (keel remove-peer). Both
+// keep running with their certificates, yet the leader refuses them: a request to join
+// again gets no answer, and the configuration keeps the leader alone.
+func TestRetiredNodeCertificateIsRefused(t *testing.T) {
+	c, _ := newTLSCluster(t, 3)
+	ctx := context.Background()
+	li := c.leader()
+	lead, a, b := c.nodes[li], c.nodes[(li+1)%3], c.nodes[(li+2)%3]
+	if err := a.RetireServer(ctx, a.cfg.NodeID); err != nil {
+		t.Fatalf("%s retires itself: %v", a.cfg.NodeID, err)
+	}
+	if err := lead.RetireServer(ctx, b.cfg.NodeID); err != nil {
+		t.Fatalf("leader retires %s: %v", b.cfg.NodeID, err)
+	}
+	waitFor(t, 10*time.Second, "the leader alone in the configuration", func() bool {
+		ms := lead.Status().Members
+		return len(ms) == 1 && ms[0].ID == lead.cfg.NodeID
+	})
+	for _, n := range []*Node{a, b} {
+		rec, ok := lead.revocationOf(n.cfg.NodeID)
+		if !ok || len(rec.SHA256) == 0 {
+			t.Errorf("revocation record of %s: %+v, %v; want one listing its certificate", n.cfg.NodeID, rec, ok)
+		}
+		old := n.cfg.TLS.PeerClientConfig("")
+		msg, err := rawRPC(lead.Addr(), old, rpcAddVoter, n.cfg.NodeID+"\x00"+n.Addr())
+		if err == nil {
+			t.Errorf("retired %s asks to join with its old certificate: answered %q, want the connection refused", n.cfg.NodeID, msg)
+		}
+	}
+	if ms := lead.Status().Members; len(ms) != 1 {
+		t.Errorf("members after the retired nodes' join requests: %+v, want the leader alone", ms)
+	}
+	mustPut(t, lead, "after", "ok")
+}
+
+// TestRevocationRevokes: a record refuses the listed certificates and any issued
+// before the removal; a certificate issued after it is admitted.
+func TestRevocationRevokes(t *testing.T) {
+	removed := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	listed := &x509.Certificate{Raw: []byte("listed"), NotBefore: removed.Add(time.Hour)}
+	rec := revocation{RemovedUnixNano: removed.UnixNano(), SHA256: []string{fingerprint(listed)}}
+	for i, tc := range []struct {
+		cert *x509.Certificate
+		want bool
+	}{
+		{listed, true}, // listed, whatever its dates
+		{&x509.Certificate{Raw: []byte("unseen old"), NotBefore: removed.Add(-time.Second)}, true},
+		{&x509.Certificate{Raw: []byte("reissued"), NotBefore: removed.Add(time.Second)}, false},
+		{&x509.Certificate{Raw: []byte("same instant"), NotBefore: removed}, false},
+	} {
+		if got := rec.revokes(tc.cert); got != tc.want {
+			t.Errorf("#%d: revokes = %v, want %v", i, got, tc.want)
+		}
 	}
 }

@@ -120,16 +120,20 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter bool) error
 	})
 }
 
-// RemoveServer removes a server from the Raft configuration.
+// RemoveServer removes a server from the Raft configuration; it may join again (see
+// RetireServer for a removal it cannot come back from).
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	return n.onLeader(ctx, rpcRemove, []byte(id), func() error {
-		if err := n.raft.RemoveServer(hraft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-			return mapRaftErr(err)
-		}
-		n.log.Info("removed server", "id", id)
-		n.refreshMembers()
-		return nil
-	})
+	return n.onLeader(ctx, rpcRemove, []byte(id), func() error { return n.removeLocal(id) })
+}
+
+// removeLocal removes id on this node, the leader.
+func (n *Node) removeLocal(id string) error {
+	if err := n.raft.RemoveServer(hraft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return mapRaftErr(err)
+	}
+	n.log.Info("removed server", "id", id)
+	n.refreshMembers()
+	return nil
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date voter when id

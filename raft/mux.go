@@ -33,8 +33,9 @@ type mux struct {
 	// gate, when set, decides after each handshake (authority.go): it refuses a
 	// revoked certificate on either side, and a Raft connection of a non-member.
 	gate peerGate
-	// accepted tracks the accepted TLS connections by their peer's node ID, so that
-	// the connections of a node that leaves the configuration can be cut.
+	// accepted tracks the accepted Raft connections (TLS) by their peer's node ID, so
+	// that those of a node that leaves the configuration can be cut. RPC connections
+	// need no cutting: membership is checked on every request.
 	accepted peerConns
 
 	closeOnce sync.Once
@@ -96,9 +97,12 @@ func (m *mux) route(conn net.Conn) {
 	conn.SetReadDeadline(time.Time{})
 	switch b[0] {
 	case protoRaft:
-		if m.tls != nil && m.gate != nil && !m.gate.admitRaft(peer) {
-			conn.Close() // not a member: no AppendEntries, votes or snapshots from it
-			return
+		if m.tls != nil && m.gate != nil {
+			if !m.gate.admitRaft(peer) {
+				conn.Close() // not a member: no AppendEntries, votes or snapshots from it
+				return
+			}
+			conn = m.accepted.add(conn, peer)
 		}
 		select {
 		case m.raftConns <- conn:

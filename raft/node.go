@@ -44,6 +44,8 @@ type Node struct {
 	verify  verifier
 	contact contact
 	members atomic.Pointer[[]Member]
+	// seenCerts: the certificates each peer showed, which RetireServer revokes.
+	seenCerts seenCerts
 	// formatLimit is the newest command format every voter can apply, as the embedding
 	// agent last learned from gossip (SetCommandFormatLimit); the leader proposes
 	// nothing newer.

@@ -34,6 +34,9 @@ const (
 	// (fsm.EncodeResultWithLeases); a leader of an earlier release answers "unknown
 	// request kind" without applying anything, and the caller sends rpcApply instead.
 	rpcApplyLeases
+	// rpcRetire revokes a node's certificates and removes it (revoke.go); a leader of
+	// an earlier release answers "unknown request kind".
+	rpcRetire
 )
 
 const (
@@ -189,6 +192,8 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 		return nil, n.addServer(ctx, id, addr, kind == rpcAddVoter)
 	case rpcRemove:
 		return nil, n.RemoveServer(ctx, string(body))
+	case rpcRetire:
+		return nil, n.RetireServer(ctx, string(body))
 	case rpcTransfer:
 		return nil, n.TransferLeadership(ctx, string(body))
 	case rpcLeaderCall:

@@ -49,8 +49,7 @@ func clientHandshake(conn net.Conn, r PeerTLS, wantID string, timeout time.Durat
 }
 
 // serverHandshake is the accepting side's handshake on the mux: it also refuses a
-// revoked certificate, and tracks the connection under its peer's node ID until it
-// is closed (cutPeers).
+// revoked certificate.
 func (m *mux) serverHandshake(conn net.Conn) (net.Conn, string, error) {
 	tc, err := serverHandshake(conn, m.tls)
 	if err != nil {
@@ -65,7 +64,7 @@ func (m *mux) serverHandshake(conn net.Conn) (net.Conn, string, error) {
 		tc.Close()
 		return nil, "", err
 	}
-	return m.accepted.add(tc, peer), peer, nil
+	return tc, peer, nil
 }
 
 // clientHandshake is the dialing side's handshake on the mux: it also refuses a
@@ -90,9 +89,6 @@ func (m *mux) clientHandshake(conn net.Conn, want string, timeout time.Duration)
 // peerNodeID is the node ID in the verified certificate of conn's peer; "" when the
 // port is plain text.
 func (n *Node) peerNodeID(conn net.Conn) string {
-	if pc, ok := conn.(*peerConn); ok {
-		return pc.peer
-	}
 	tc, ok := conn.(*tls.Conn)
 	if !ok || n.cfg.TLS == nil {
 		return ""
