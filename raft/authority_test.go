@@ -225,3 +225,36 @@ func TestRevocationRevokes(t *testing.T) {
 		}
 	}
 }
+
+// acceptedFrom counts the accepted Raft connections of peer.
+func (s *peerConns) acceptedFrom(peer string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := 0
+	for c := range s.conns {
+		if c.peer == peer {
+			k++
+		}
+	}
+	return k
+}
+
+// TestRemovedPeerConnectionsAreCut: the leader of a 3-node TLS cluster removes
+// itself; the followers held its Raft connections (AppendEntries) and cut them once it
+// is out of their configuration, so a pooled connection serves no removed node.
+func TestRemovedPeerConnectionsAreCut(t *testing.T) {
+	c, _ := newTLSCluster(t, 3)
+	li := c.leader()
+	old := c.nodes[li]
+	f := c.nodes[(li+1)%3]
+	mustPut(t, old, "k", "v")
+	if k := f.mux.accepted.acceptedFrom(old.cfg.NodeID); k == 0 {
+		t.Fatalf("%s holds no raft connection of the leader %s", f.cfg.NodeID, old.cfg.NodeID)
+	}
+	if err := old.RemoveServer(context.Background(), old.cfg.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the removed leader's connections cut", func() bool {
+		return f.mux.accepted.acceptedFrom(old.cfg.NodeID) == 0
+	})
+}
