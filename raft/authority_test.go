@@ -18,10 +18,8 @@ import (
 	"github.com/keel-kv/keel/internal/tlsutil/tlstest"
 )
 
-// clusterState is what a stranger must not change: the configuration, the leader and
-// the data.
+// clusterState is what a stranger must not change: the configuration and the data.
 type clusterState struct {
-	leader  string
 	members []string
 	rev     int64
 }
@@ -34,7 +32,7 @@ func stateOf(t *testing.T, c *testCluster) clusterState {
 		ids = append(ids, m.ID+"@"+m.Address+"/"+m.Suffrage.String())
 	}
 	slices.Sort(ids)
-	return clusterState{leader: lead.cfg.NodeID, members: ids, rev: lead.store.View().Revision()}
+	return clusterState{members: ids, rev: lead.store.View().Revision()}
 }
 
 // TestNonMemberCertificateIsRefused: a 3-node TLS cluster, and a client holding a
@@ -43,7 +41,7 @@ func stateOf(t *testing.T, c *testCluster) clusterState {
 // (c) transfer-leadership and (d) adding itself at an address it does not serve are
 // answered ErrNotMember (or refused to join); (e) hashicorp/raft's own AppendEntries
 // and RequestVote, with a higher term and a member's ID in the header, get no answer.
-// The configuration, the leader, every node's term and the data are unchanged, and a
+// The configuration and the data are unchanged, no term jumps to the stranger's, and a
 // node that joins afterwards works.
 func TestNonMemberCertificateIsRefused(t *testing.T) {
 	c, ca := newTLSCluster(t, 3)
@@ -94,13 +92,14 @@ func TestNonMemberCertificateIsRefused(t *testing.T) {
 	}
 	strangerRaftRPCs(t, c, n9)
 
-	if after := stateOf(t, c); !slices.Equal(after.members, before.members) || after.leader != before.leader ||
-		after.rev != before.rev {
+	// A busy machine may hold an election meanwhile (a new leader, a term or two
+	// more); the stranger's RPCs would add ten.
+	if after := stateOf(t, c); !slices.Equal(after.members, before.members) || after.rev != before.rev {
 		t.Errorf("the stranger changed the cluster: before %+v, after %+v", before, after)
 	}
 	for _, n := range c.nodes {
-		if got := n.raft.CurrentTerm(); got != terms[n.cfg.NodeID] {
-			t.Errorf("%s: term %d, was %d before the stranger's raft RPCs", n.cfg.NodeID, got, terms[n.cfg.NodeID])
+		if got := n.raft.CurrentTerm(); got >= terms[n.cfg.NodeID]+10 {
+			t.Errorf("%s: term %d, was %d before the stranger's raft RPCs of term +10", n.cfg.NodeID, got, terms[n.cfg.NodeID])
 		}
 		if _, err := n.store.View().Get([]byte("\x00keel/acl/tokens/stolen"), 0); !errors.Is(err, fsm.ErrKeyNotFound) {
 			t.Errorf("%s: the stranger's record: %v, want not found", n.cfg.NodeID, err)
