@@ -30,8 +30,8 @@ type Status struct {
 	Members      []Member
 }
 
-// Status reports the node's raft state. The member list is refreshed in the background
-// (GetConfiguration goes through the raft loop), so it can trail a change by a second.
+// Status reports the node's raft state. The member list is refreshed in the background,
+// so it can trail a change by a second.
 func (n *Node) Status() Status {
 	addr, id := n.raft.LeaderWithID()
 	st := Status{
@@ -74,6 +74,7 @@ func (n *Node) refreshMembers() {
 		ms = append(ms, Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrage})
 	}
 	n.members.Store(&ms)
+	n.cutNonMembers(ms)
 }
 
 // AddVoter adds (or re-addresses) a voting server; on a follower it is forwarded.
@@ -119,16 +120,20 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter bool) error
 	})
 }
 
-// RemoveServer removes a server from the Raft configuration.
+// RemoveServer removes a server from the Raft configuration; it may join again (see
+// RetireServer for a removal it cannot come back from).
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	return n.onLeader(ctx, rpcRemove, []byte(id), func() error {
-		if err := n.raft.RemoveServer(hraft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-			return mapRaftErr(err)
-		}
-		n.log.Info("removed server", "id", id)
-		n.refreshMembers()
-		return nil
-	})
+	return n.onLeader(ctx, rpcRemove, []byte(id), func() error { return n.removeLocal(id) })
+}
+
+// removeLocal removes id on this node, the leader.
+func (n *Node) removeLocal(id string) error {
+	if err := n.raft.RemoveServer(hraft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return mapRaftErr(err)
+	}
+	n.log.Info("removed server", "id", id)
+	n.refreshMembers()
+	return nil
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date voter when id

@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -29,18 +30,35 @@ type mux struct {
 	// ("" when unknown, as when joining).
 	tls  PeerTLS
 	idOf func(addr string) string
+	// gate, when set, decides after each handshake (authority.go): it refuses a
+	// revoked certificate on either side, and a Raft connection of a non-member.
+	gate peerGate
+	// accepted tracks the accepted Raft connections (TLS) by their peer's node ID, so
+	// that those of a node that leaves the configuration can be cut. RPC connections
+	// need no cutting: membership is checked on every request.
+	accepted peerConns
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
-func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP, tls PeerTLS,
-	idOf func(string) string) *mux {
-	m := &mux{ln: ln, advertise: advertise, raftConns: make(chan net.Conn, 16), rpc: rpc,
-		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf}
-	go m.acceptLoop()
-	return m
+// peerGate is what the mux asks of the node after a TLS handshake.
+type peerGate interface {
+	// checkCert refuses a peer certificate the cluster has revoked.
+	checkCert(peer string, cs tls.ConnectionState) error
+	// admitRaft reports whether peer may speak hashicorp/raft's protocol here.
+	admitRaft(peer string) bool
 }
+
+// newMux makes the mux of the raft port; it accepts connections once start is called
+// (after the node's raft is up, which the routed connections use).
+func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP, tls PeerTLS,
+	idOf func(string) string, gate peerGate) *mux {
+	return &mux{ln: ln, advertise: advertise, raftConns: make(chan net.Conn, 16), rpc: rpc,
+		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf, gate: gate}
+}
+
+func (m *mux) start() { go m.acceptLoop() }
 
 func (m *mux) acceptLoop() {
 	for {
@@ -64,9 +82,10 @@ func (m *mux) acceptLoop() {
 
 func (m *mux) route(conn net.Conn) {
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	peer := ""
 	if m.tls != nil {
 		var err error
-		if conn, err = serverHandshake(conn, m.tls); err != nil {
+		if conn, peer, err = m.serverHandshake(conn); err != nil {
 			return
 		}
 	}
@@ -78,6 +97,13 @@ func (m *mux) route(conn net.Conn) {
 	conn.SetReadDeadline(time.Time{})
 	switch b[0] {
 	case protoRaft:
+		if m.tls != nil && m.gate != nil {
+			if !m.gate.admitRaft(peer) {
+				conn.Close() // not a member: no AppendEntries, votes or snapshots from it
+				return
+			}
+			conn = m.accepted.add(conn, peer)
+		}
 		select {
 		case m.raftConns <- conn:
 		case <-m.closed:
@@ -117,8 +143,18 @@ func (s streamLayer) Dial(addr hraft.ServerAddress, timeout time.Duration) (net.
 }
 
 // dial connects to the raft port at addr, from src when set, through mutual TLS when
-// on, and sends proto.
+// on, and sends proto. With TLS the peer must be the node the configuration lists at
+// addr, when it lists one.
 func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, error) {
+	want := ""
+	if m.tls != nil && m.idOf != nil {
+		want = m.idOf(addr)
+	}
+	return m.dialNode(addr, want, proto, timeout)
+}
+
+// dialNode is dial expecting node want at addr ("": any node of the CA).
+func (m *mux) dialNode(addr, want string, proto byte, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	if m.src != nil {
 		d.LocalAddr = &net.TCPAddr{IP: m.src}
@@ -131,12 +167,8 @@ func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, er
 		tc.SetNoDelay(true)
 	}
 	if m.tls != nil {
-		want := ""
-		if m.idOf != nil {
-			want = m.idOf(addr)
-		}
 		raddr := conn.RemoteAddr()
-		if conn, err = clientHandshake(conn, m.tls, want, timeout); err != nil {
+		if conn, err = m.clientHandshake(conn, want, timeout); err != nil {
 			// Part of dialing: nothing was sent, so a request may go again (to this
 			// node once it is back, or to the next leader), as after a refused dial.
 			return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: raddr, Err: err}

@@ -44,6 +44,8 @@ type Node struct {
 	verify  verifier
 	contact contact
 	members atomic.Pointer[[]Member]
+	// seenCerts: the certificates each peer showed, which RetireServer revokes.
+	seenCerts seenCerts
 	// formatLimit is the newest command format every voter can apply, as the embedding
 	// agent last learned from gossip (SetCommandFormatLimit); the leader proposes
 	// nothing newer.
@@ -102,7 +104,7 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	if cfg.SourceIP != "" {
 		src = net.ParseIP(cfg.SourceIP)
 	}
-	n.mux = newMux(ln, adv, n.serveRPC, src, cfg.TLS, n.memberAt)
+	n.mux = newMux(ln, adv, n.serveRPC, src, cfg.TLS, n.memberAt, n)
 	n.pool.mux = n.mux
 	if err := n.start(ctx, dir); err != nil {
 		n.shutdown() // the one path that unwinds a partial start: it checks every part
@@ -174,6 +176,7 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	}
 	n.raft = r
 	n.existing = existing
+	n.mux.start() // routed connections use n.raft
 	switch {
 	case existing:
 		n.log.Info("recovered raft state", "applied", n.store.AppliedIndex())

@@ -34,6 +34,9 @@ const (
 	// (fsm.EncodeResultWithLeases); a leader of an earlier release answers "unknown
 	// request kind" without applying anything, and the caller sends rpcApply instead.
 	rpcApplyLeases
+	// rpcRetire revokes a node's certificates and removes it (revoke.go); a leader of
+	// an earlier release answers "unknown request kind".
+	rpcRetire
 )
 
 const (
@@ -157,6 +160,9 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 	if kind == rpcApplyLeases && n.cfg.noApplyLeasesRPC {
 		kind = 0 // answered as a release before it did
 	}
+	if err := n.mayCall(peer, kind); err != nil {
+		return nil, err
+	}
 	switch kind {
 	case rpcApply, rpcApplyLeases:
 		// Forwarded writes are applied only here, never forwarded again: a stale
@@ -180,12 +186,14 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 		if !ok {
 			return nil, errors.New("raft rpc: bad join request")
 		}
-		if err := n.mayAdd(peer, id); err != nil {
+		if err := n.mayAdd(ctx, peer, id, addr); err != nil {
 			return nil, err
 		}
 		return nil, n.addServer(ctx, id, addr, kind == rpcAddVoter)
 	case rpcRemove:
 		return nil, n.RemoveServer(ctx, string(body))
+	case rpcRetire:
+		return nil, n.RetireServer(ctx, string(body))
 	case rpcTransfer:
 		return nil, n.TransferLeadership(ctx, string(body))
 	case rpcLeaderCall:

@@ -12,7 +12,7 @@ import (
 // certificate of the same CA is refused, so an operator's certificate cannot speak
 // Raft. The dialing side also checks that the node it reached is the one the Raft
 // configuration lists at that address; the accepting side passes the peer's node ID
-// to serveRPC, which lets a peer add only itself unless it is a member already.
+// to serveRPC, and membership decides what that peer may do (authority.go).
 
 // PeerTLS is what the raft port needs of the node's certificates (the agent gives
 // internal/tlsutil's Reloader, which re-reads them on SIGHUP): the server and client
@@ -48,6 +48,44 @@ func clientHandshake(conn net.Conn, r PeerTLS, wantID string, timeout time.Durat
 	return tc, nil
 }
 
+// serverHandshake is the accepting side's handshake on the mux: it also refuses a
+// revoked certificate.
+func (m *mux) serverHandshake(conn net.Conn) (net.Conn, string, error) {
+	tc, err := serverHandshake(conn, m.tls)
+	if err != nil {
+		return nil, "", err
+	}
+	cs := tc.(*tls.Conn).ConnectionState()
+	peer, err := m.tls.PeerNodeID(cs)
+	if err == nil && m.gate != nil {
+		err = m.gate.checkCert(peer, cs)
+	}
+	if err != nil {
+		tc.Close()
+		return nil, "", err
+	}
+	return tc, peer, nil
+}
+
+// clientHandshake is the dialing side's handshake on the mux: it also refuses a
+// revoked certificate.
+func (m *mux) clientHandshake(conn net.Conn, want string, timeout time.Duration) (net.Conn, error) {
+	tc, err := clientHandshake(conn, m.tls, want, timeout)
+	if err != nil {
+		return nil, err
+	}
+	cs := tc.(*tls.Conn).ConnectionState()
+	peer, err := m.tls.PeerNodeID(cs)
+	if err == nil && m.gate != nil {
+		err = m.gate.checkCert(peer, cs)
+	}
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
 // peerNodeID is the node ID in the verified certificate of conn's peer; "" when the
 // port is plain text.
 func (n *Node) peerNodeID(conn net.Conn) string {
@@ -70,19 +108,4 @@ func (n *Node) memberAt(addr string) string {
 		}
 	}
 	return ""
-}
-
-// mayAdd refuses a join request in which peer asks to add a node other than itself,
-// unless peer is a member (a member forwards joins to the leader). Without TLS (peer
-// "") there is no identity to check.
-func (n *Node) mayAdd(peer, id string) error {
-	if peer == "" || peer == id {
-		return nil
-	}
-	for _, m := range *n.members.Load() {
-		if m.ID == peer {
-			return nil
-		}
-	}
-	return fmt.Errorf("raft rpc: node %q may not add node %q: a node joins only as the node its certificate names", peer, id)
 }

@@ -60,7 +60,7 @@ type agentFlags struct {
 	noMigrate, migrateDryRun                                 bool
 	migrateRate                                              int
 	versionGCAfter                                           time.Duration
-	caFile, certFile, keyFile                                string
+	caFile, certFile, keyFile, crlFile                       string
 	verifyClients, insecure                                  bool
 	aclDefault                                               string
 }
@@ -118,6 +118,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.caFile, "ca-file", "", "CA certificate (PEM) that signs every node's certificate; with -cert-file and -key-file turns TLS on for every port (SIGHUP reloads all three)")
 	fl.StringVar(&f.certFile, "cert-file", "", "this node's certificate (PEM), made with keel tls cert create -node ID; its ID is the node's")
 	fl.StringVar(&f.keyFile, "key-file", "", "key of -cert-file (PEM)")
+	fl.StringVar(&f.crlFile, "crl-file", "", "the CA's certificate revocation list (PEM or DER, signed by -ca-file): a listed certificate is refused on every port (SIGHUP reloads it)")
 	fl.BoolVar(&f.verifyClients, "verify-clients", false, "HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME)")
 	fl.BoolVar(&f.insecure, "insecure", false, "run without TLS outside -dev: every port plain text, open to anyone who reaches it")
 	fl.StringVar(&f.aclDefault, "acl-default", "", "what a cluster answers before keel acl bootstrap, `allow|deny` (deny: only health, status and bootstrap; default deny, allow with -dev)")
@@ -258,7 +259,7 @@ var errNoTLS = errors.New("agent: no TLS configured, and keel does not run a clu
 // securityConfig applies the TLS flags, and refuses plain text outside -dev unless
 // -insecure says so.
 func securityConfig(cfg *agent.Config, f agentFlags) error {
-	cfg.TLS = tlsutil.Files{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile}
+	cfg.TLS = tlsutil.Files{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, CRLFile: f.crlFile}
 	cfg.VerifyClients = f.verifyClients
 	switch {
 	case cfg.TLS.Enabled() && f.insecure:

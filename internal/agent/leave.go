@@ -29,7 +29,7 @@ func (a *Agent) Leave(ctx context.Context) error {
 		}
 	}
 	if len(node.Status().Members) > 1 {
-		if err := node.RemoveServer(ctx, a.cfg.NodeID); err != nil {
+		if err := node.RetireServer(ctx, a.cfg.NodeID); err != nil {
 			return fmt.Errorf("leave: remove from the raft configuration: %w", err)
 		}
 	}

@@ -118,7 +118,7 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, http.StatusBadRequest, "BadRequest", "refusing to remove the last voter")
 		return
 	}
-	if err := a.node.RemoveServer(ctx, id); err != nil {
+	if err := a.node.RetireServer(ctx, id); err != nil {
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 		return
 	}

@@ -17,10 +17,14 @@ var ErrNotNode = errors.New("tlsutil: peer certificate is not a keel node certif
 // KeyFile empty (server authentication only); a node needs all three.
 type Files struct {
 	CAFile, CertFile, KeyFile string
+	// CRLFile, optional, is the CA's certificate revocation list (crl.go).
+	CRLFile string
 }
 
 // Enabled reports whether any file is named.
-func (f Files) Enabled() bool { return f.CAFile != "" || f.CertFile != "" || f.KeyFile != "" }
+func (f Files) Enabled() bool {
+	return f.CAFile != "" || f.CertFile != "" || f.KeyFile != "" || f.CRLFile != ""
+}
 
 // Validate checks that the files come in the combinations that work: a CA, and a
 // certificate with its key or neither.
@@ -39,6 +43,8 @@ type material struct {
 	pool *x509.CertPool
 	cert *tls.Certificate // nil for a client without a certificate
 	id   Identity         // of cert, when it has one
+	// revoked holds the serials (decimal) the CRL lists; nil without a CRL file.
+	revoked map[string]struct{}
 }
 
 // Reloader holds the current certificates of a party and loads them again on Reload
@@ -87,6 +93,11 @@ func load(f Files) (*material, error) {
 		return nil, fmt.Errorf("tlsutil: CA file %s holds no PEM certificate", f.CAFile)
 	}
 	m := &material{pool: pool}
+	if f.CRLFile != "" {
+		if m.revoked, err = loadCRL(f.CRLFile, caPEM); err != nil {
+			return nil, err
+		}
+	}
 	if f.CertFile == "" {
 		return m, nil
 	}
@@ -120,6 +131,7 @@ func (r *Reloader) HTTPServerConfig(verifyClients bool) *tls.Config {
 			if verifyClients {
 				c.ClientAuth = tls.VerifyClientCertIfGiven
 				c.ClientCAs = m.pool
+				c.VerifyConnection = m.checkRevoked
 			}
 			return c, nil
 		},
@@ -137,8 +149,10 @@ func (r *Reloader) PeerServerConfig() *tls.Config {
 			return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*m.cert},
 				ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: m.pool,
 				VerifyConnection: func(cs tls.ConnectionState) error {
-					_, err := nodeOf(cs)
-					return err
+					if _, err := nodeOf(cs); err != nil {
+						return err
+					}
+					return m.checkRevoked(cs)
 				}}, nil
 		},
 	}
@@ -166,7 +180,7 @@ func (r *Reloader) PeerClientConfig(wantID string) *tls.Config {
 			if wantID != "" && id != wantID {
 				return fmt.Errorf("tlsutil: dialed node %q but its certificate names node %q", wantID, id)
 			}
-			return nil
+			return m.checkRevoked(cs)
 		},
 	}
 }
@@ -176,7 +190,7 @@ func (r *Reloader) PeerClientConfig(wantID string) *tls.Config {
 // party's certificate presented when it has one.
 func (r *Reloader) ClientConfig() *tls.Config {
 	m := r.cur.Load()
-	c := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: m.pool}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: m.pool, VerifyConnection: m.checkRevoked}
 	if m.cert != nil {
 		c.Certificates = []tls.Certificate{*m.cert}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keel-kv/keel/internal/tlsutil"
 )
@@ -65,4 +66,18 @@ func Reloader(t testing.TB, f tlsutil.Files) *tlsutil.Reloader {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// CRL writes a CRL of the CA revoking the certificates of files and returns its path.
+func (ca *CA) CRL(t testing.TB, files ...tlsutil.Files) string {
+	t.Helper()
+	path := filepath.Join(ca.Dir, fmt.Sprintf("crl-%d.pem", seq.Add(1)))
+	var certs []string
+	for _, f := range files {
+		certs = append(certs, f.CertFile)
+	}
+	if err := tlsutil.CreateCRL(ca.CertFile, ca.Key, path, time.Hour, certs...); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
