@@ -78,6 +78,9 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 	if _, err := parseParams(r); err != nil {
 		return err
 	}
+	if err := s.bootstrapOpen(r.Context()); err != nil {
+		return err
+	}
 	rec, hash, out, err := newToken("bootstrap management token", []string{api.ManagementPolicy})
 	if err != nil {
 		return err
@@ -98,12 +101,31 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 		return fmt.Errorf("acl bootstrap: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: the management token was shown by the first bootstrap and is not stored in clear; "+
-			"use it (or another token with the acl right) to create tokens", ErrAlreadyBootstrapped)
+		return errBootstrapped()
 	}
 	s.log.Info("acl: bootstrapped", "accessor_id", rec.AccessorID)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// bootstrapOpen refuses a bootstrap, before anything is proposed, when this node's ACL
+// state already shows the cluster bootstrapped: the route needs no token, so each
+// refused request must cost no Raft entry. A node that has not applied the bootstrap
+// yet lets the request through, and the Raft guard (a compare on version 0) decides.
+func (s *Server) bootstrapOpen(ctx context.Context) error {
+	st, err := s.aclStateNow(ctx)
+	if err != nil {
+		return fmt.Errorf("acl bootstrap: %w", err)
+	}
+	if st.bootstrapped {
+		return errBootstrapped()
+	}
+	return nil
+}
+
+func errBootstrapped() error {
+	return fmt.Errorf("%w: the management token was shown by the first bootstrap and is not stored in clear; "+
+		"use it (or another token with the acl right) to create tokens", ErrAlreadyBootstrapped)
 }
 
 func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) error {
