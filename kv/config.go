@@ -43,6 +43,10 @@ type Config struct {
 	RetryAfter time.Duration
 	// MaxWatches bounds the watches one node serves at once: 429 above it.
 	MaxWatches int
+	// MaxWatchesPerToken bounds the watches one token (by accessor ID) holds on a node
+	// at once, over every door (0 = no bound but MaxWatches; without ACLs it does not
+	// apply): 429 above it, so one token cannot take every slot.
+	MaxWatchesPerToken int
 	// MaxConns bounds the client connections (HTTP and stream) open at once: one
 	// more is answered 429 TooManyConnections and closed (connlimits.go).
 	MaxConns int
@@ -104,6 +108,7 @@ func DefaultConfig() Config {
 		RetryAfter:         time.Second,
 		MaxWatches:         10000,
 		MaxStreamWatches:   10000,
+		MaxWatchesPerToken: 2000,
 		MaxConns:           10000,
 		MaxInFlight:        20000,
 		MaxStreamInFlight:  1024,
@@ -167,8 +172,9 @@ func (c Config) Validate() error {
 	if c.SecretWait <= 0 {
 		errs = append(errs, fmt.Errorf("kv: SecretWait %v must be > 0", c.SecretWait))
 	}
-	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.WatchBuffer < 1 {
-		errs = append(errs, fmt.Errorf("kv: MaxWatches %d must be >= 0 and WatchBuffer %d >= 1", c.MaxWatches, c.WatchBuffer))
+	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.MaxWatchesPerToken < 0 || c.WatchBuffer < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxWatches %d, MaxStreamWatches %d and MaxWatchesPerToken %d must be >= 0 and WatchBuffer %d >= 1",
+			c.MaxWatches, c.MaxStreamWatches, c.MaxWatchesPerToken, c.WatchBuffer))
 	}
 	if c.ACLDefault != "" && c.ACLDefault != ACLAllow && c.ACLDefault != ACLDeny {
 		errs = append(errs, fmt.Errorf("kv: ACLDefault %q: want %q or %q", c.ACLDefault, ACLAllow, ACLDeny))

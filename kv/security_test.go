@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/keel-kv/keel/kv/api"
 )
@@ -88,4 +89,17 @@ func (as *aclServer) tokenFor(name string, rules ...string) string {
 	}
 	as.policy(p)
 	return as.token(name)
+}
+
+// waitUntil polls cond (every 10ms, at most timeout) and fails the test if it never
+// holds.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: not yet: %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

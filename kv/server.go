@@ -56,6 +56,8 @@ type Server struct {
 	// watches counts the watches being served; watchStop is closed by Shutdown to end
 	// them (the HTTP server waits for every handler, a watch never ends by itself).
 	watches atomic.Int64
+	// watchSlots counts the watches of each token (watchlimits.go).
+	watchSlots watchSlots
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
 	conns     atomic.Int64
