@@ -155,6 +155,9 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 		txn.Compares = append(txn.Compares, fsm.Compare{Key: []byte(aclPoliciesPrefix + p),
 			Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: rev})
 	}
+	if err := checkGrant(ctx, "create the token", tokenPolicies(st, req.Policies)...); err != nil {
+		return fmt.Errorf("acl token: %w", err)
+	}
 	rec, hash, out, err := newToken(req.Description, req.Policies)
 	if err != nil {
 		return err
@@ -235,6 +238,9 @@ func (s *Server) handleACLTokenDelete(w http.ResponseWriter, r *http.Request) er
 		if t.rec.AccessorID != acc {
 			continue
 		}
+		if err := checkGrant(ctx, "delete the token", tokenPolicies(st, t.rec.Policies)...); err != nil {
+			return fmt.Errorf("acl token delete: %w", err)
+		}
 		key := []byte(aclTokensPrefix + h.String())
 		if _, err := s.applyACL(ctx, &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpDelete, Key: key}}}); err != nil {
 			return fmt.Errorf("acl token delete: %w", err)
@@ -286,6 +292,9 @@ func (s *Server) handleACLPolicyGet(w http.ResponseWriter, r *http.Request) erro
 // handleACLPolicyPut creates or replaces a policy; a Revision in the body makes it a
 // compare-and-swap on the stored one.
 func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) error {
+	if err := checkPolicyWritable(r.PathValue("name")); err != nil {
+		return err
+	}
 	var p api.ACLPolicy
 	if err := decodeJSONBody(w, r, 256<<10, "policy", "acl policy", &p); err != nil {
 		return err
@@ -300,6 +309,11 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	if err := validatePolicy(p); err != nil {
 		return fmt.Errorf("acl policy: %w", err)
 	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	if err := s.checkPolicyChange(ctx, "write the policy", &p); err != nil {
+		return err
+	}
 	key := []byte(aclPoliciesPrefix + p.Name)
 	txn := &fsm.Txn{}
 	if p.Revision > 0 {
@@ -307,8 +321,6 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	}
 	p.Revision = 0
 	txn.Success = []fsm.Op{{Type: fsm.OpPut, Key: key, Value: mustJSON(p)}}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
 	ok, err := s.applyACL(ctx, txn)
 	if err != nil {
 		return fmt.Errorf("acl policy: %w", err)
@@ -327,17 +339,40 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
+// checkPolicyChange refuses to replace (or delete) policy p.Name unless the calling
+// token holds every right of the stored policy and of p (checkGrant).
+func (s *Server) checkPolicyChange(ctx context.Context, what string, p *api.ACLPolicy) error {
+	if authzOf(ctx) == nil {
+		return nil
+	}
+	st, err := s.reloadACL(ctx, fsm.Linearizable)
+	if err != nil {
+		return fmt.Errorf("acl policy: %w", err)
+	}
+	policies := []api.ACLPolicy{*p}
+	if old, ok := st.policies[p.Name]; ok {
+		policies = append(policies, old)
+	}
+	if err := checkGrant(ctx, what, policies...); err != nil {
+		return fmt.Errorf("acl policy: %w", err)
+	}
+	return nil
+}
+
 func (s *Server) handleACLPolicyDelete(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseParams(r); err != nil {
 		return err
 	}
 	name := r.PathValue("name")
-	if name == api.ManagementPolicy {
-		return fmt.Errorf("acl policy: %w: %q is kept so that a management token always exists", ErrInvalidBody, name)
+	if err := checkPolicyWritable(name); err != nil {
+		return err
 	}
 	key := []byte(aclPoliciesPrefix + name)
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	if err := s.checkPolicyChange(ctx, "delete the policy", &api.ACLPolicy{Name: name}); err != nil {
+		return err
+	}
 	ok, err := s.applyACL(ctx, &fsm.Txn{
 		Compares: []fsm.Compare{{Key: key, Target: fsm.TargetExists, Result: fsm.CompareEqual, Int: 1}},
 		Success:  []fsm.Op{{Type: fsm.OpDelete, Key: key}},
