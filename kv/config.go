@@ -50,6 +50,9 @@ type Config struct {
 	// MaxConns bounds the client connections (HTTP and stream) open at once: one
 	// more is answered 429 TooManyConnections and closed (connlimits.go).
 	MaxConns int
+	// MaxConnsPerClient bounds the client connections open at once from one source IP
+	// address (0 = no bound but MaxConns), so one client cannot take every slot.
+	MaxConnsPerClient int
 	// MaxInFlight bounds the requests running at once (HTTP, and each request of
 	// every stream; not watches or health checks): 429 TooManyRequests above it.
 	MaxInFlight int
@@ -110,6 +113,7 @@ func DefaultConfig() Config {
 		MaxStreamWatches:   10000,
 		MaxWatchesPerToken: 2000,
 		MaxConns:           10000,
+		MaxConnsPerClient:  2500,
 		MaxInFlight:        20000,
 		MaxStreamInFlight:  1024,
 		StreamFrameTimeout: 10 * time.Second,
@@ -147,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxListBytes < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxListBytes %d must be >= 1", c.MaxListBytes))
+	}
+	if c.MaxConnsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("kv: MaxConnsPerClient %d must be >= 0", c.MaxConnsPerClient))
 	}
 	if c.MaxConns < 1 || c.MaxInFlight < 1 || c.MaxStreamInFlight < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxConns %d, MaxInFlight %d, MaxStreamInFlight %d must be >= 1",

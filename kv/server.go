@@ -168,7 +168,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		ln = tlsListener{Listener: ln, cfg: s.cfg.TLS}
 	}
-	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns}
+	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns, perClient: s.cfg.MaxConnsPerClient,
+		clients: &clientConns{}}
 	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)
