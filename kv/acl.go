@@ -218,6 +218,50 @@ func (a *authorizer) some(start, end []byte) bool {
 	return false
 }
 
+// nextReadable returns the smallest key >= key and < end (end empty = no end) the
+// token may read by its rules, or nil when there is none. It is computed from the
+// rules alone, never from the data: a scan that resumes there names no key the token
+// cannot read.
+//
+//	rules: read "b/", read "d/"; no acl right
+//	nextReadable("a")   = "b/"      (the next rule's prefix)
+//	nextReadable("b/x") = "b/x"     (readable itself)
+//	nextReadable("c")   = "d/"
+//	nextReadable("e")   = nil
+func (a *authorizer) nextReadable(key, end []byte) []byte {
+	if key == nil {
+		key = []byte{} // the start of the keyspace, told apart from "none"
+	}
+	if a == nil {
+		return key
+	}
+	// Twice at most: a candidate inside the ACL records (without the acl right) moves
+	// past them, and the next one found from there is readable.
+	for range 3 {
+		if len(end) > 0 && bytes.Compare(key, end) >= 0 {
+			return nil
+		}
+		if a.key(key, false) {
+			return key
+		}
+		var next []byte
+		if bytes.HasPrefix(key, []byte(aclPrefix)) && !a.right(api.RightACL) {
+			next = fsm.PrefixEnd([]byte(aclPrefix))
+		}
+		for _, r := range a.keys {
+			p := []byte(r.Prefix)
+			if grants(r.Access, false) && bytes.Compare(p, key) > 0 && (next == nil || bytes.Compare(p, next) < 0) {
+				next = p
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		key = next
+	}
+	return nil
+}
+
 // overlaps reports whether [start, end) (end empty = no end) meets the keys with
 // prefix p.
 func overlaps(start, end, p []byte) bool {

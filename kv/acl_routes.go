@@ -255,6 +255,20 @@ func readFilter(ctx context.Context, start, end []byte) (func(key []byte) bool, 
 	return func(key []byte) bool { return az.key(key, false) }, nil
 }
 
+// listRights returns the token whose key rights filter a list of [start, end): nil
+// when it may read every key of it (or ACLs are not enforced), ErrForbidden when it
+// may read none.
+func listRights(ctx context.Context, start, end []byte) (*authorizer, error) {
+	az := authzOf(ctx)
+	if az == nil || az.span(start, end, false) {
+		return nil, nil
+	}
+	if !az.some(start, end) {
+		return nil, forbiddenRange(start, end, false)
+	}
+	return az, nil
+}
+
 // checkTxnAccess refuses a KV API transaction unless its token may read every key it
 // compares or gets and write every key it puts or deletes, in both branches.
 func checkTxnAccess(ctx context.Context, txn *fsm.Txn) error {

@@ -43,9 +43,16 @@ type Config struct {
 	RetryAfter time.Duration
 	// MaxWatches bounds the watches one node serves at once: 429 above it.
 	MaxWatches int
+	// MaxWatchesPerToken bounds the watches one token (by accessor ID) holds on a node
+	// at once, over every door (0 = no bound but MaxWatches; without ACLs it does not
+	// apply): 429 above it, so one token cannot take every slot.
+	MaxWatchesPerToken int
 	// MaxConns bounds the client connections (HTTP and stream) open at once: one
 	// more is answered 429 TooManyConnections and closed (connlimits.go).
 	MaxConns int
+	// MaxConnsPerClient bounds the client connections open at once from one source IP
+	// address (0 = no bound but MaxConns), so one client cannot take every slot.
+	MaxConnsPerClient int
 	// MaxInFlight bounds the requests running at once (HTTP, and each request of
 	// every stream; not watches or health checks): 429 TooManyRequests above it.
 	MaxInFlight int
@@ -104,7 +111,9 @@ func DefaultConfig() Config {
 		RetryAfter:         time.Second,
 		MaxWatches:         10000,
 		MaxStreamWatches:   10000,
+		MaxWatchesPerToken: 2000,
 		MaxConns:           10000,
+		MaxConnsPerClient:  2500,
 		MaxInFlight:        20000,
 		MaxStreamInFlight:  1024,
 		StreamFrameTimeout: 10 * time.Second,
@@ -143,6 +152,9 @@ func (c Config) Validate() error {
 	if c.MaxListBytes < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxListBytes %d must be >= 1", c.MaxListBytes))
 	}
+	if c.MaxConnsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("kv: MaxConnsPerClient %d must be >= 0", c.MaxConnsPerClient))
+	}
 	if c.MaxConns < 1 || c.MaxInFlight < 1 || c.MaxStreamInFlight < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxConns %d, MaxInFlight %d, MaxStreamInFlight %d must be >= 1",
 			c.MaxConns, c.MaxInFlight, c.MaxStreamInFlight))
@@ -167,8 +179,9 @@ func (c Config) Validate() error {
 	if c.SecretWait <= 0 {
 		errs = append(errs, fmt.Errorf("kv: SecretWait %v must be > 0", c.SecretWait))
 	}
-	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.WatchBuffer < 1 {
-		errs = append(errs, fmt.Errorf("kv: MaxWatches %d must be >= 0 and WatchBuffer %d >= 1", c.MaxWatches, c.WatchBuffer))
+	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.MaxWatchesPerToken < 0 || c.WatchBuffer < 1 {
+		errs = append(errs, fmt.Errorf("kv: MaxWatches %d, MaxStreamWatches %d and MaxWatchesPerToken %d must be >= 0 and WatchBuffer %d >= 1",
+			c.MaxWatches, c.MaxStreamWatches, c.MaxWatchesPerToken, c.WatchBuffer))
 	}
 	if c.ACLDefault != "" && c.ACLDefault != ACLAllow && c.ACLDefault != ACLDeny {
 		errs = append(errs, fmt.Errorf("kv: ACLDefault %q: want %q or %q", c.ACLDefault, ACLAllow, ACLDeny))

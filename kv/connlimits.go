@@ -16,7 +16,11 @@ import (
 // Limits that keep slow or greedy clients from holding a node's resources:
 //
 //   - connections: at most MaxConns client connections (HTTP and stream) are open at
-//     once; one more is answered 429 TooManyConnections and closed.
+//     once, and at most MaxConnsPerClient from one source IP address, so that one
+//     client holding idle connections cannot lock everyone else out (health checks
+//     included); one more is answered 429 TooManyConnections and closed. The source
+//     is the address, not a client certificate: the limit is applied at accept,
+//     before any TLS handshake.
 //   - requests in flight: at most MaxInFlight requests (HTTP, and every request of
 //     every stream) run at once; one more is answered 429 TooManyRequests. Health
 //     checks and watches do not count (watches have MaxWatches).
@@ -32,11 +36,52 @@ var ErrTooManyRequests = errors.New("kv: too many requests in flight")
 // ErrTooManyConnections: the node holds its maximum of client connections.
 var ErrTooManyConnections = errors.New("kv: too many connections")
 
-// limitListener closes connections beyond max with a 429 answer.
+// limitListener closes connections beyond max (or beyond perClient from one source
+// address) with a 429 answer.
 type limitListener struct {
 	net.Listener
-	max  int
-	open *atomic.Int64
+	max       int
+	open      *atomic.Int64
+	perClient int // 0: no bound per source
+	clients   *clientConns
+}
+
+// clientConns counts the open connections of each source IP address.
+type clientConns struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take counts one more connection of src unless it holds max already.
+func (cc *clientConns) take(src string, max int) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.n[src] >= max {
+		return false
+	}
+	if cc.n == nil {
+		cc.n = map[string]int{}
+	}
+	cc.n[src]++
+	return true
+}
+
+func (cc *clientConns) give(src string) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.n[src]--; cc.n[src] <= 0 {
+		delete(cc.n, src)
+	}
+}
+
+// sourceOf is the IP address of a connection's peer (the whole address if it has no
+// port).
+func sourceOf(c net.Conn) string {
+	a := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
+	}
+	return a
 }
 
 func (l limitListener) Accept() (net.Conn, error) {
@@ -47,20 +92,30 @@ func (l limitListener) Accept() (net.Conn, error) {
 		}
 		if n := l.open.Add(1); n > int64(l.max) {
 			l.open.Add(-1)
-			go refuseConn(c, l.max)
+			go refuseConn(c, fmt.Sprintf("this node holds its maximum of %d client connections", l.max))
 			continue
 		}
-		return &countedConn{Conn: c, open: l.open}, nil
+		cc := &countedConn{Conn: c, open: l.open}
+		if l.perClient > 0 {
+			src := sourceOf(c)
+			if !l.clients.take(src, l.perClient) {
+				l.open.Add(-1)
+				go refuseConn(c, fmt.Sprintf("this node holds its maximum of %d client connections from one address", l.perClient))
+				continue
+			}
+			cc.release = func() { l.clients.give(src) }
+		}
+		return cc, nil
 	}
 }
 
 // refuseConn answers a connection over the limit and closes it (bounded in time: a
 // client that never reads cannot keep it).
-func refuseConn(c net.Conn, max int) {
+func refuseConn(c net.Conn, why string) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	msg := fmt.Sprintf(`{"code":429,"reason":%q,"message":"this node holds its maximum of %d client connections: retry later or on another node"}`,
-		api.ReasonTooManyConnections, max)
+	msg := fmt.Sprintf(`{"code":429,"reason":%q,"message":"%s: retry later or on another node"}`,
+		api.ReasonTooManyConnections, why)
 	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		len(msg), msg)
 }
@@ -68,12 +123,18 @@ func refuseConn(c net.Conn, max int) {
 // countedConn gives its slot back once, on the first Close.
 type countedConn struct {
 	net.Conn
-	open *atomic.Int64
-	once sync.Once
+	open    *atomic.Int64
+	release func() // gives back the source's count; nil without a per-source bound
+	once    sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.open.Add(-1) })
+	c.once.Do(func() {
+		c.open.Add(-1)
+		if c.release != nil {
+			c.release()
+		}
+	})
 	return c.Conn.Close()
 }
 

@@ -78,6 +78,9 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 	if _, err := parseParams(r); err != nil {
 		return err
 	}
+	if err := s.bootstrapOpen(r.Context()); err != nil {
+		return err
+	}
 	rec, hash, out, err := newToken("bootstrap management token", []string{api.ManagementPolicy})
 	if err != nil {
 		return err
@@ -98,12 +101,31 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 		return fmt.Errorf("acl bootstrap: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: the management token was shown by the first bootstrap and is not stored in clear; "+
-			"use it (or another token with the acl right) to create tokens", ErrAlreadyBootstrapped)
+		return errBootstrapped()
 	}
 	s.log.Info("acl: bootstrapped", "accessor_id", rec.AccessorID)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// bootstrapOpen refuses a bootstrap, before anything is proposed, when this node's ACL
+// state already shows the cluster bootstrapped: the route needs no token, so each
+// refused request must cost no Raft entry. A node that has not applied the bootstrap
+// yet lets the request through, and the Raft guard (a compare on version 0) decides.
+func (s *Server) bootstrapOpen(ctx context.Context) error {
+	st, err := s.aclStateNow(ctx)
+	if err != nil {
+		return fmt.Errorf("acl bootstrap: %w", err)
+	}
+	if st.bootstrapped {
+		return errBootstrapped()
+	}
+	return nil
+}
+
+func errBootstrapped() error {
+	return fmt.Errorf("%w: the management token was shown by the first bootstrap and is not stored in clear; "+
+		"use it (or another token with the acl right) to create tokens", ErrAlreadyBootstrapped)
 }
 
 func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) error {
@@ -132,6 +154,9 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 		// The policy must still be there when the token is stored.
 		txn.Compares = append(txn.Compares, fsm.Compare{Key: []byte(aclPoliciesPrefix + p),
 			Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: rev})
+	}
+	if err := checkGrant(ctx, "create the token", tokenPolicies(st, req.Policies)...); err != nil {
+		return fmt.Errorf("acl token: %w", err)
 	}
 	rec, hash, out, err := newToken(req.Description, req.Policies)
 	if err != nil {
@@ -213,6 +238,9 @@ func (s *Server) handleACLTokenDelete(w http.ResponseWriter, r *http.Request) er
 		if t.rec.AccessorID != acc {
 			continue
 		}
+		if err := checkGrant(ctx, "delete the token", tokenPolicies(st, t.rec.Policies)...); err != nil {
+			return fmt.Errorf("acl token delete: %w", err)
+		}
 		key := []byte(aclTokensPrefix + h.String())
 		if _, err := s.applyACL(ctx, &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpDelete, Key: key}}}); err != nil {
 			return fmt.Errorf("acl token delete: %w", err)
@@ -264,6 +292,9 @@ func (s *Server) handleACLPolicyGet(w http.ResponseWriter, r *http.Request) erro
 // handleACLPolicyPut creates or replaces a policy; a Revision in the body makes it a
 // compare-and-swap on the stored one.
 func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) error {
+	if err := checkPolicyWritable(r.PathValue("name")); err != nil {
+		return err
+	}
 	var p api.ACLPolicy
 	if err := decodeJSONBody(w, r, 256<<10, "policy", "acl policy", &p); err != nil {
 		return err
@@ -278,6 +309,11 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	if err := validatePolicy(p); err != nil {
 		return fmt.Errorf("acl policy: %w", err)
 	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	if err := s.checkPolicyChange(ctx, "write the policy", &p); err != nil {
+		return err
+	}
 	key := []byte(aclPoliciesPrefix + p.Name)
 	txn := &fsm.Txn{}
 	if p.Revision > 0 {
@@ -285,8 +321,6 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	}
 	p.Revision = 0
 	txn.Success = []fsm.Op{{Type: fsm.OpPut, Key: key, Value: mustJSON(p)}}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
 	ok, err := s.applyACL(ctx, txn)
 	if err != nil {
 		return fmt.Errorf("acl policy: %w", err)
@@ -305,17 +339,40 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
+// checkPolicyChange refuses to replace (or delete) policy p.Name unless the calling
+// token holds every right of the stored policy and of p (checkGrant).
+func (s *Server) checkPolicyChange(ctx context.Context, what string, p *api.ACLPolicy) error {
+	if authzOf(ctx) == nil {
+		return nil
+	}
+	st, err := s.reloadACL(ctx, fsm.Linearizable)
+	if err != nil {
+		return fmt.Errorf("acl policy: %w", err)
+	}
+	policies := []api.ACLPolicy{*p}
+	if old, ok := st.policies[p.Name]; ok {
+		policies = append(policies, old)
+	}
+	if err := checkGrant(ctx, what, policies...); err != nil {
+		return fmt.Errorf("acl policy: %w", err)
+	}
+	return nil
+}
+
 func (s *Server) handleACLPolicyDelete(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseParams(r); err != nil {
 		return err
 	}
 	name := r.PathValue("name")
-	if name == api.ManagementPolicy {
-		return fmt.Errorf("acl policy: %w: %q is kept so that a management token always exists", ErrInvalidBody, name)
+	if err := checkPolicyWritable(name); err != nil {
+		return err
 	}
 	key := []byte(aclPoliciesPrefix + name)
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	if err := s.checkPolicyChange(ctx, "delete the policy", &api.ACLPolicy{Name: name}); err != nil {
+		return err
+	}
 	ok, err := s.applyACL(ctx, &fsm.Txn{
 		Compares: []fsm.Compare{{Key: key, Target: fsm.TargetExists, Result: fsm.CompareEqual, Int: 1}},
 		Success:  []fsm.Op{{Type: fsm.OpDelete, Key: key}},

@@ -114,11 +114,11 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q res
 	if err := q.res.ReadCheck(q.r.Key()); err != nil {
 		return err
 	}
-	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
-		s.watches.Add(-1)
-		return fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
+	release, err := s.acquireWatch(r.Context())
+	if err != nil {
+		return err
 	}
-	defer s.watches.Add(-1)
+	defer release()
 	ctx, cancel := s.requestContext(r)
 	view, err := s.store.View(ctx, tq.cons)
 	cancel()

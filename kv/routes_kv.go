@@ -91,6 +91,12 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
 	if lease > api.MaxLeaseID {
 		return fmt.Errorf("%w: lease %d above %d", ErrInvalidParam, lease, int64(api.MaxLeaseID))
 	}
+	// Rights before the body: a token that may not write the key is refused without
+	// its value being read into memory (only discarded, so the client sees the 403).
+	if err := checkKey(r.Context(), []byte(key), true); err != nil {
+		drainBody(w, r, s.cfg.MaxValueBytes)
+		return err
+	}
 	value, err := readBody(w, r, s.cfg.MaxValueBytes, "value")
 	if err != nil {
 		return err

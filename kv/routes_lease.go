@@ -49,13 +49,43 @@ func leaseFormatError(err error) error {
 }
 
 // The lease operations below serve both the HTTP routes and the stream protocol's
-// lease ops (stream.go). Each checks the lease right itself: the HTTP routes' rule
-// (ruleAnyWrite) has already, a stream carries its token in ctx.
+// lease ops (stream.go); every rule on leases is here, once. Each checks the lease
+// right itself: the HTTP routes' rule (ruleAnyWrite) has already, a stream carries
+// its token in ctx.
+//
+// Rights on a lease follow its keys, as etcd's do (checkLeaseTimeToLive,
+// checkLeasePuts): a lease is anyone's who may write some key, but
+//
+//   - its keys (GET /v1/leases/{id}) are shown only to a token that may read every
+//     one of them; any other gets 403, never a partial list;
+//   - the list (GET /v1/leases) shows only the leases the token could look up so;
+//   - revoking it, which deletes its keys, needs the write right on every one;
+//   - a keepalive needs only the lease right (etcd's LeaseKeepAlive checks no key): it
+//     changes no key, and a client must be able to keep its lease alive cheaply.
+//
+// The revoke's check reads a linearizable view before the command is proposed: a key
+// attached between the two is deleted with the rest. Only a writer of that key can
+// attach it, to a lease it chose.
 
 // leaseRight refuses a token that may write no key: leases are for writers.
 func leaseRight(ctx context.Context) error {
 	if az := authzOf(ctx); az != nil && !az.anyWrite() {
 		return fmt.Errorf("%w: leases need a token with a write right on some key prefix", ErrForbidden)
+	}
+	return nil
+}
+
+// leaseKeysAllowed reports whether the token may read (write) every key attached to
+// lease id in v. The error names the lease, not the key.
+func leaseKeysAllowed(ctx context.Context, v *fsm.View, id int64, write bool) error {
+	az := authzOf(ctx)
+	if az == nil || az.span(nil, nil, write) {
+		return nil
+	}
+	for _, k := range v.LeaseKeys(id, 0) {
+		if !az.key(k, write) {
+			return fmt.Errorf("%w: lease %d has keys the token has no %s right on", ErrForbidden, id, accessWord(write))
+		}
 	}
 	return nil
 }
@@ -88,6 +118,15 @@ func (s *Server) grantLease(ctx context.Context, id, ttl int64) (int64, error) {
 func (s *Server) revokeLease(ctx context.Context, id int64) (api.LeaseRevokeResponse, error) {
 	if err := leaseRight(ctx); err != nil {
 		return api.LeaseRevokeResponse{}, err
+	}
+	if authzOf(ctx) != nil {
+		v, err := s.viewAt(ctx, fsm.Linearizable, 0)
+		if err != nil {
+			return api.LeaseRevokeResponse{}, err
+		}
+		if err := leaseKeysAllowed(ctx, v, id, true); err != nil {
+			return api.LeaseRevokeResponse{}, err
+		}
 	}
 	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseRevoke, LeaseIDs: []int64{id}})
 	if err != nil {
@@ -191,8 +230,7 @@ func (s *Server) handleLeaseKeepAlive(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
-// handleLeaseGet serves GET /v1/leases/{id}: the lease from a linearizable view, its
-// time left from the leader.
+// handleLeaseGet serves GET /v1/leases/{id}.
 func (s *Server) handleLeaseGet(w http.ResponseWriter, r *http.Request) error {
 	id, err := leaseIDParam(r)
 	if err != nil {
@@ -200,29 +238,45 @@ func (s *Server) handleLeaseGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	v, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	resp, err := s.leaseTimeToLive(ctx, id)
 	if err != nil {
 		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// leaseTimeToLive returns lease id from a linearizable view with its keys, and its
+// time left from the leader; only to a token that may read every key attached.
+func (s *Server) leaseTimeToLive(ctx context.Context, id int64) (api.LeaseResponse, error) {
+	if err := leaseRight(ctx); err != nil {
+		return api.LeaseResponse{}, err
+	}
+	v, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return api.LeaseResponse{}, err
 	}
 	l, ok := v.Lease(id)
 	if !ok {
-		return fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
+		return api.LeaseResponse{}, fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
+	}
+	if err := leaseKeysAllowed(ctx, v, id, false); err != nil {
+		return api.LeaseResponse{}, err
 	}
 	lc, err := s.leaderCaller()
 	if err != nil {
-		return err
+		return api.LeaseResponse{}, err
 	}
 	left, err := s.leaseRemaining(ctx, lc, id)
 	if err != nil {
-		return err
+		return api.LeaseResponse{}, err
 	}
 	resp := api.LeaseResponse{ID: id, GrantedTTL: l.TTL / 1000, TTL: int64(left / time.Second),
 		TTLMillis: left.Milliseconds(), Keys: []string{}, Revision: v.Revision()}
 	for _, k := range v.LeaseKeys(id, s.lim.maxListLimit) {
 		resp.Keys = append(resp.Keys, string(k))
 	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return resp, nil
 }
 
 // leaseRemaining asks the leader how long lease id has left.
@@ -246,14 +300,29 @@ func (s *Server) handleLeaseList(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	v, err := s.viewAt(ctx, cons, 0)
+	resp, err := s.listLeases(ctx, cons)
 	if err != nil {
 		return err
 	}
-	resp := api.LeaseListResponse{Leases: []api.LeaseInfo{}, Revision: v.Revision()}
-	for _, l := range v.Leases() {
-		resp.Leases = append(resp.Leases, api.LeaseInfo{ID: l.ID, GrantedTTL: l.TTL / 1000})
-	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// listLeases returns the leases the token could look up (leaseTimeToLive): those
+// whose every attached key it may read.
+func (s *Server) listLeases(ctx context.Context, cons fsm.Consistency) (api.LeaseListResponse, error) {
+	if err := leaseRight(ctx); err != nil {
+		return api.LeaseListResponse{}, err
+	}
+	v, err := s.viewAt(ctx, cons, 0)
+	if err != nil {
+		return api.LeaseListResponse{}, err
+	}
+	resp := api.LeaseListResponse{Leases: []api.LeaseInfo{}, Revision: v.Revision()}
+	for _, l := range v.Leases() {
+		if leaseKeysAllowed(ctx, v, l.ID, false) == nil {
+			resp.Leases = append(resp.Leases, api.LeaseInfo{ID: l.ID, GrantedTTL: l.TTL / 1000})
+		}
+	}
+	return resp, nil
 }

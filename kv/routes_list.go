@@ -21,6 +21,10 @@ type listRequest struct {
 	rev        int64 // 0 = latest
 	cons       fsm.Consistency
 	token      string
+	// keys, when set, is the token whose key rights filter the scan (a KV list): the
+	// page holds only keys it may read and the continue token names only such a key.
+	// A typed list, authorized by resource, leaves it nil.
+	keys *authorizer
 }
 
 // handleList serves GET /v1/kv/{prefix...}?list=true: one page of the scan of every key
@@ -35,8 +39,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	if err != nil {
 		return err
 	}
-	allow, err := readFilter(r.Context(), req.start, req.end)
-	if err != nil {
+	if req.keys, err = listRights(r.Context(), req.start, req.end); err != nil {
 		return err
 	}
 	ctx, cancel := s.requestContext(r)
@@ -44,11 +47,6 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	kvs, rev, cont, err := s.scanPage(ctx, req)
 	if err != nil {
 		return err
-	}
-	if allow != nil {
-		// Only what the token may read; the page may hold fewer items (or none) and
-		// still carry a continue token.
-		kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !allow(kv.Key) })
 	}
 	if strings.Contains(r.Header.Get("Accept"), api.ContentTypeBinaryList) {
 		writeBinaryList(w, kvs, rev, cont)
@@ -108,7 +106,13 @@ func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyVa
 	if rev == 0 {
 		rev = view.Revision()
 	}
-	kvs, next, err := view.Range(from, req.end, rev, req.limit)
+	var next []byte
+	if req.keys != nil {
+		from = req.keys.nextReadable(from, req.end) // nil: nothing readable is left
+	}
+	if req.keys == nil || from != nil {
+		kvs, next, err = view.Range(from, req.end, rev, req.limit)
+	}
 	if errors.Is(err, fsm.ErrCompacted) {
 		return nil, 0, "", s.expired(ctx, req, from, revisionError(view, rev, err))
 	}
@@ -117,6 +121,14 @@ func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyVa
 	}
 	if cut := s.fitPage(kvs); cut < len(kvs) {
 		kvs, next = kvs[:cut], kvs[cut].Key
+	}
+	if req.keys != nil {
+		// Only what the token may read; the page may hold fewer items (or none) and
+		// still carry a continue token, which resumes at a key it may read.
+		kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !req.keys.key(kv.Key, false) })
+		if next != nil {
+			next = req.keys.nextReadable(next, req.end)
+		}
 	}
 	if next != nil {
 		codec, err := s.tokenCodec(ctx)

@@ -106,20 +106,20 @@ func (s *Server) newWatchReq(key string, prefix bool, start int64, prevKV bool, 
 	return q, nil
 }
 
-// openWatch counts a watch against MaxWatches, waits for its start's consistency
+// openWatch takes a watch slot (acquireWatch), waits for its start's consistency
 // (a linearizable start catches up with the leader's commit index first), and starts
 // its watcher from q's start revision, or from after the view's revision. It returns
 // the view's revision; done closes the watcher and releases the count.
 func (s *Server) openWatch(ctx context.Context, q watchReq) (w *fsm.Watcher, rev int64, done func(), err error) {
-	if n := s.watches.Add(1); s.cfg.MaxWatches > 0 && n > int64(s.cfg.MaxWatches) {
-		s.watches.Add(-1)
-		return nil, 0, nil, fmt.Errorf("%w: this node serves its maximum of %d", ErrTooManyWatches, s.cfg.MaxWatches)
+	release, err := s.acquireWatch(ctx)
+	if err != nil {
+		return nil, 0, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	view, err := s.store.View(ctx, q.cons)
 	cancel()
 	if err != nil {
-		s.watches.Add(-1)
+		release()
 		return nil, 0, nil, err
 	}
 	if q.opts.StartRevision == 0 {
@@ -127,10 +127,10 @@ func (s *Server) openWatch(ctx context.Context, q watchReq) (w *fsm.Watcher, rev
 	}
 	watcher, err := s.store.Watch(q.opts)
 	if err != nil {
-		s.watches.Add(-1)
+		release()
 		return nil, 0, nil, fmt.Errorf("watch %q: %w", q.opts.Key, err)
 	}
-	return watcher, view.Revision(), func() { watcher.Close(); s.watches.Add(-1) }, nil
+	return watcher, view.Revision(), func() { watcher.Close(); release() }, nil
 }
 
 // handleWatch serves GET /v1/watch/{key...} as a stream of api.WatchEvent lines. Any

@@ -56,6 +56,8 @@ type Server struct {
 	// watches counts the watches being served; watchStop is closed by Shutdown to end
 	// them (the HTTP server waits for every handler, a watch never ends by itself).
 	watches atomic.Int64
+	// watchSlots counts the watches of each token (watchlimits.go).
+	watchSlots watchSlots
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
 	conns     atomic.Int64
@@ -166,7 +168,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		ln = tlsListener{Listener: ln, cfg: s.cfg.TLS}
 	}
-	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns}
+	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns, perClient: s.cfg.MaxConnsPerClient,
+		clients: &clientConns{}}
 	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)

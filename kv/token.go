@@ -2,6 +2,9 @@ package kv
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -33,16 +36,46 @@ type continueToken struct {
 	End      []byte // range end (exclusive); nil = the end of the keyspace
 }
 
-// Token wire format, version 1 (then base64url without padding):
+// Token wire formats (then base64url without padding). Both carry the same fields:
 //
-//	[0x01] uvarint(Revision) uvarint(len Next) Next uvarint(len Start) Start
-//	[0 | 1 = End present] (uvarint(len End) End)? HMAC-SHA256(tokenKey, all before)
+//	fields = uvarint(Revision) uvarint(len Next) Next uvarint(len Start) Start
+//	         [0 | 1 = End present] (uvarint(len End) End)?
 //
-// The first byte is the format version so the layout can change without breaking
-// tokens in flight: a new release keeps decoding version 1.
+// Version 1 (read only; no release issues it any more):
+//
+//	[0x01] fields HMAC-SHA256(macKey, all before)
+//
+// It is signed but not encrypted: anyone holding one reads the next key, which was a
+// key the caller may not have been allowed to read (a list filtered by ACLs walked the
+// whole store one token at a time).
+//
+// Version 2 (issued since): the fields sealed with AES-256-GCM, so a token says nothing
+// but its length:
+//
+//	[0x02] salt[16] AES-256-GCM(key = HMAC-SHA256(aeadKey, salt), nonce = 0, fields,
+//	                            additional data = [0x02])
+//	salt = HMAC-SHA256(saltKey, fields)[:16]
+//
+// The salt is synthetic (as in SIV): the same position always gives the same token,
+// and a decoder recomputes it and refuses a token whose salt does not match, so every
+// accepted string is the one encoding of its token. Each salt picks its own GCM key:
+// a key seals only the one plaintext its salt was computed from, so the zero nonce
+// never covers two different messages, and there is no bound of 2^32 tokens per
+// cluster secret as random 96-bit nonces under one key would impose. Equal tokens
+// look equal — they tell only what their holder knows anyway. saltKey and aeadKey
+// are derived from the cluster secret with HKDF-SHA256, each for its one purpose.
+//
+// Compatibility: a new node still reads version 1, because in a mixed-release cluster
+// a client may get a token from an old node and ask a new one for the next page;
+// refusing it would fail a scan in the middle of a rolling upgrade, and reading it
+// gives the client nothing it did not hold already. The first byte stays the format
+// version so the layout can change again without breaking tokens in flight.
 const (
 	tokenVersion1 byte = 1
+	tokenVersion2 byte = 2
 	tokenMACSize       = sha256.Size
+	tokenSaltSize      = 16
+	tokenTagSize       = 16 // AES-GCM's
 	// maxTokenChars bounds the encoded token before any decoding work (three keys of
 	// up to a few KiB each, base64).
 	maxTokenChars = 64 << 10
@@ -50,41 +83,95 @@ const (
 
 var tokenEncoding = base64.RawURLEncoding
 
-// tokenCodec signs and verifies continue tokens with a key derived from the
-// replicated cluster secret, so every node of a cluster accepts the tokens of every
-// other node (and its own, after restarts), and no other cluster's tokens. Safe for
-// concurrent use.
+// tokenCodec seals and opens continue tokens with keys derived from the replicated
+// cluster secret, so every node of a cluster accepts the tokens of every other node
+// (and its own, after restarts), and no other cluster's tokens. Safe for concurrent
+// use.
 type tokenCodec struct {
-	macs sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the token key
+	macs  sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the version 1 MAC key
+	salts sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the version 2 salt key
+	seals sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the version 2 AEAD key
 }
 
-// newTokenCodec derives the token key from the cluster secret, bound to its purpose so
-// the secret can sign other things later without one signature standing for another.
+// newTokenCodec derives the token keys from the cluster secret, each bound to its
+// purpose so the secret can key other things without one standing for another. The
+// version 1 MAC key keeps the derivation of the releases that issued version 1.
 func newTokenCodec(secret []byte) *tokenCodec {
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte("keel continue token"))
-	key := mac.Sum(nil)
+	macKey := mac.Sum(nil)
 	c := &tokenCodec{}
-	c.macs.New = func() any { return hmac.New(sha256.New, key) }
+	c.macs.New = func() any { return hmac.New(sha256.New, macKey) }
+	c.salts.New = hmacPool(secret, "keel continue token v2 salt")
+	c.seals.New = hmacPool(secret, "keel continue token v2 aead")
 	return c
 }
 
-// encode returns the opaque token string for t.
-func (c *tokenCodec) encode(t continueToken) string {
-	n := 1 + 4*binary.MaxVarintLen64 + len(t.Next) + len(t.Start) + 1 + len(t.End) + tokenMACSize
-	b := make([]byte, 0, n)
-	b = append(b, tokenVersion1)
+// hmacPool returns the New of a pool of HMAC-SHA256 keyed with a key derived from
+// secret for purpose.
+func hmacPool(secret []byte, purpose string) func() any {
+	key, err := hkdf.Key(sha256.New, secret, nil, purpose, 32)
+	if err != nil {
+		panic(err) // only for a key length HKDF-SHA256 cannot produce; 32 it can
+	}
+	return func() any { return hmac.New(sha256.New, key) }
+}
+
+// appendFields appends t's fields (the part both versions share).
+func appendFields(b []byte, t continueToken) []byte {
 	b = binary.AppendUvarint(b, uint64(t.Revision))
 	b = appendBytes(b, t.Next)
 	b = appendBytes(b, t.Start)
 	if t.End == nil {
-		b = append(b, 0)
-	} else {
-		b = append(b, 1)
-		b = appendBytes(b, t.End)
+		return append(b, 0)
 	}
-	b = c.sum(b, b)
-	return tokenEncoding.EncodeToString(b)
+	b = append(b, 1)
+	return appendBytes(b, t.End)
+}
+
+func fieldsLen(t continueToken) int {
+	return 4*binary.MaxVarintLen64 + len(t.Next) + len(t.Start) + 1 + len(t.End)
+}
+
+// encode returns the opaque token string for t, in version 2.
+func (c *tokenCodec) encode(t continueToken) string {
+	b := make([]byte, 1+tokenSaltSize, 1+tokenSaltSize+fieldsLen(t)+tokenTagSize)
+	b[0] = tokenVersion2
+	plain := appendFields(b, t)[len(b):] // sealed in place
+	salt := c.salt(b[1:1:1+tokenSaltSize], plain)
+	return tokenEncoding.EncodeToString(c.aead(salt).Seal(b, zeroNonce[:], plain, b[:1]))
+}
+
+var zeroNonce [12]byte
+
+// salt appends the synthetic salt of fields to dst (which must have room for it).
+func (c *tokenCodec) salt(dst, fields []byte) []byte {
+	var sum [sha256.Size]byte
+	mac := c.salts.Get().(hash.Hash)
+	mac.Reset()
+	mac.Write(fields)
+	mac.Sum(sum[:0])
+	c.salts.Put(mac)
+	return append(dst, sum[:tokenSaltSize]...)
+}
+
+// aead returns the AES-256-GCM of one token: its key is the HMAC of the salt.
+func (c *tokenCodec) aead(salt []byte) cipher.AEAD {
+	var key [sha256.Size]byte
+	mac := c.seals.Get().(hash.Hash)
+	mac.Reset()
+	mac.Write(salt)
+	mac.Sum(key[:0])
+	c.seals.Put(mac)
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		panic(err) // a 32-byte key is always valid
+	}
+	g, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err) // AES has the 16-byte block GCM needs
+	}
+	return g
 }
 
 func appendBytes(b, p []byte) []byte {
@@ -92,7 +179,7 @@ func appendBytes(b, p []byte) []byte {
 	return append(b, p...)
 }
 
-// sum appends the MAC of b to dst.
+// sum appends the version 1 MAC of b to dst.
 func (c *tokenCodec) sum(dst, b []byte) []byte {
 	mac := c.macs.Get().(hash.Hash)
 	mac.Reset()
@@ -112,25 +199,41 @@ func (c *tokenCodec) decode(s string) (continueToken, error) {
 	if err != nil {
 		return continueToken{}, fmt.Errorf("%w: not base64url", ErrInvalidContinueToken)
 	}
-	if len(raw) < 1+tokenMACSize {
-		return continueToken{}, fmt.Errorf("%w: too short", ErrInvalidContinueToken)
-	}
-	if raw[0] != tokenVersion1 {
+	var fields []byte
+	switch {
+	case len(raw) == 0:
+		return continueToken{}, fmt.Errorf("%w: empty", ErrInvalidContinueToken)
+	case raw[0] == tokenVersion2:
+		if len(raw) < 1+tokenSaltSize+tokenTagSize {
+			return continueToken{}, fmt.Errorf("%w: too short", ErrInvalidContinueToken)
+		}
+		salt, sealed := raw[1:1+tokenSaltSize], raw[1+tokenSaltSize:]
+		fields, err = c.aead(salt).Open(sealed[:0], zeroNonce[:], sealed, raw[:1])
+		var want [tokenSaltSize]byte
+		if err != nil || !hmac.Equal(c.salt(want[:0], fields), salt) {
+			return continueToken{}, fmt.Errorf("%w: cannot open it (tampered, or issued by another cluster)", ErrInvalidContinueToken)
+		}
+	case raw[0] == tokenVersion1:
+		if len(raw) < 1+tokenMACSize {
+			return continueToken{}, fmt.Errorf("%w: too short", ErrInvalidContinueToken)
+		}
+		body := raw[:len(raw)-tokenMACSize]
+		var sum [tokenMACSize]byte
+		if !hmac.Equal(c.sum(sum[:0], body), raw[len(body):]) {
+			return continueToken{}, fmt.Errorf("%w: signature mismatch (tampered, or issued by another cluster)", ErrInvalidContinueToken)
+		}
+		fields = body[1:]
+	default:
 		return continueToken{}, fmt.Errorf("%w: unknown format version %d", ErrInvalidContinueToken, raw[0])
 	}
-	body := raw[:len(raw)-tokenMACSize]
-	var sum [tokenMACSize]byte
-	if !hmac.Equal(c.sum(sum[:0], body), raw[len(body):]) {
-		return continueToken{}, fmt.Errorf("%w: signature mismatch (tampered, or issued by another cluster)", ErrInvalidContinueToken)
-	}
-	t, err := parseToken(body[1:])
+	t, err := parseToken(fields)
 	if err != nil {
 		return continueToken{}, fmt.Errorf("%w: %v", ErrInvalidContinueToken, err)
 	}
 	return t, nil
 }
 
-// parseToken parses the authenticated fields after the version byte.
+// parseToken parses the authenticated fields.
 func parseToken(b []byte) (continueToken, error) {
 	var t continueToken
 	rev, n := binary.Uvarint(b)

@@ -23,6 +23,7 @@ func newACLCmd() *cobra.Command {
 policy grants read or write on key prefixes and typed resources, and operator rights.
 
   keel acl bootstrap                      first management token (once per cluster)
+  keel acl bootstrap -secret-file F       the same, its secret written to F (mode 0600)
   keel acl policy put -f app.json         create or replace a policy
   keel acl token create -policy app       a token bound to it`,
 	}
@@ -51,41 +52,88 @@ func printToken(w io.Writer, t api.ACLToken) error {
 }
 
 func newACLBootstrapCmd() *cobra.Command {
-	return &cobra.Command{
+	var secretFile string
+	cmd := &cobra.Command{
 		Use:   "bootstrap",
-		Short: "Create the first management token (works once per cluster; its secret is on the last line)",
+		Short: "Create the first management token (works once per cluster; its secret is on the last line, or in -secret-file)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				t, err := c.ACLBootstrap(ctx)
-				if err != nil {
-					return err
-				}
-				return printToken(cmd.OutOrStdout(), t)
+			return withSecretFile(cmd, secretFile, func(ctx context.Context, c *client.Client) (api.ACLToken, error) {
+				return c.ACLBootstrap(ctx)
 			})
 		},
 	}
+	secretFileFlag(cmd, &secretFile)
+	return cmd
 }
 
 func newACLTokenCreateCmd() *cobra.Command {
 	var req api.ACLTokenRequest
+	var secretFile string
 	cmd := &cobra.Command{
 		Use:   "create -policy NAME[,NAME]",
-		Short: "Create a token bound to policies (its secret is on the last line)",
+		Short: "Create a token bound to policies (its secret is on the last line, or in -secret-file)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				t, err := c.ACLTokenCreate(ctx, req)
-				if err != nil {
-					return err
-				}
-				return printToken(cmd.OutOrStdout(), t)
+			return withSecretFile(cmd, secretFile, func(ctx context.Context, c *client.Client) (api.ACLToken, error) {
+				return c.ACLTokenCreate(ctx, req)
 			})
 		},
 	}
 	cmd.Flags().StringSliceVar(&req.Policies, "policy", nil, "policy names (comma-separated or repeated)")
 	cmd.Flags().StringVar(&req.Description, "description", "", "what the token is for")
+	secretFileFlag(cmd, &secretFile)
 	return cmd
+}
+
+// secretFileFlag adds -secret-file (-o is the output format of every command).
+func secretFileFlag(cmd *cobra.Command, path *string) {
+	cmd.Flags().StringVar(path, "secret-file", "", "write the secret to this new file (mode 0600; an existing file is refused) "+
+		"instead of printing it")
+}
+
+// withSecretFile runs create, which mints a token, and prints it; with a secret file
+// the secret goes there instead. The file is created (0600, exclusively) before the
+// token is minted, so a path that cannot be written fails before a secret exists that
+// would be shown nowhere.
+func withSecretFile(cmd *cobra.Command, path string, create func(context.Context, *client.Client) (api.ACLToken, error)) error {
+	var f *os.File
+	if path != "" {
+		var err error
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return fmt.Errorf("secret file: %w", err)
+		}
+		defer f.Close()
+	}
+	return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+		t, err := create(ctx, c)
+		if err != nil {
+			if f != nil {
+				f.Close()
+				os.Remove(path)
+			}
+			return err
+		}
+		if f != nil {
+			if err := writeSecret(f, t.SecretID); err != nil {
+				return fmt.Errorf("secret file %s: %w (the token's accessor is %s: delete it and create another)", path, err, t.AccessorID)
+			}
+			t.SecretID = ""
+			fmt.Fprintf(cmd.ErrOrStderr(), "secret written to %s\n", path)
+		}
+		return printToken(cmd.OutOrStdout(), t)
+	})
+}
+
+// writeSecret writes secret and a newline to f, synced, and closes it.
+func writeSecret(f *os.File, secret string) error {
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 func newACLTokenListCmd() *cobra.Command {

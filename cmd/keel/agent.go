@@ -45,7 +45,9 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 }
 
 // limitFlags are the connection, request and watch bounds of kv.Config (kv/connlimits.go).
-type limitFlags struct{ conns, inFlight, streamInFlight, watches, streamWatches int }
+type limitFlags struct {
+	conns, clientConns, inFlight, streamInFlight, watches, streamWatches, tokenWatches int
+}
 
 type agentFlags struct {
 	nodeID, dataDir, httpAddr, raftAddr, advertise, logLevel string
@@ -105,10 +107,12 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
 	fl.IntVar(&f.limits.conns, "max-conns", def.KV.MaxConns, "client connections (HTTP and stream) open at once; one more is answered 429 and closed")
+	fl.IntVar(&f.limits.clientConns, "max-conns-per-client", def.KV.MaxConnsPerClient, "client connections open at once from one source address (0: only -max-conns); one more is answered 429 and closed")
 	fl.IntVar(&f.limits.inFlight, "max-in-flight", def.KV.MaxInFlight, "requests running at once (HTTP and every stream's); one more is answered 429")
 	fl.IntVar(&f.limits.streamInFlight, "max-stream-in-flight", def.KV.MaxStreamInFlight, "requests in flight on one stream connection; beyond it the node stops reading that connection until one finishes")
 	fl.IntVar(&f.limits.watches, "max-watches", def.KV.MaxWatches, "watches the node serves at once; one more is answered 429")
 	fl.IntVar(&f.limits.streamWatches, "max-stream-watches", def.KV.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
+	fl.IntVar(&f.limits.tokenWatches, "max-watches-per-token", def.KV.MaxWatchesPerToken, "watches one ACL token holds on the node at once, over HTTP and streams (0: only -max-watches); one more is answered 429")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
 	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis; SIGHUP re-reads it (see keel schema apply)")
 	fl.BoolVar(&f.noMigrate, "no-migrate", false, "initial cluster-wide setting: migrations start only when asked (keel migrate start); see keel migrate settings")
@@ -156,6 +160,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.KV.MaxValueBytes = f.maxValueBytes
 	cfg.KV.MaxConns, cfg.KV.MaxInFlight, cfg.KV.MaxStreamInFlight = f.limits.conns, f.limits.inFlight, f.limits.streamInFlight
 	cfg.KV.MaxWatches, cfg.KV.MaxStreamWatches = f.limits.watches, f.limits.streamWatches
+	cfg.KV.MaxWatchesPerToken, cfg.KV.MaxConnsPerClient = f.limits.tokenWatches, f.limits.clientConns
 	switch f.aclDefault {
 	case "":
 		cfg.KV.ACLDefault = kv.ACLDeny

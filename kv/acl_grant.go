@@ -1,0 +1,108 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// No escalation. A token with the acl right manages tokens and policies, but only
+// within its own rights: every door that writes ACL records asks checkGrant first.
+//
+//   - a policy it writes may grant only rights it holds itself (else it could write a
+//     policy for its own token, or for a token it then creates);
+//   - a token it creates may carry only policies within its rights;
+//   - a token it deletes may hold only rights it holds (a lesser token cannot remove
+//     the management token);
+//   - the management policy is built in: no token changes or deletes it, so a
+//     management token always keeps every right.
+//
+// A right is held when one of the caller's rules covers it: a key rule on a prefix of
+// the rule's prefix with at least its access (write covers read), a resource rule on
+// "*" or the same group and resource, the operator right itself or "*".
+//
+//	caller: keys app/ write, operator acl
+//	policy keys app/x read          → within
+//	policy keys "" read             → beyond ("" is not under app/)
+//	policy operator snapshot, or *  → beyond
+
+// beyond returns a description of the first right p grants that a does not hold, or
+// "" when a holds them all (a nil authorizer holds everything).
+func (a *authorizer) beyond(p api.ACLPolicy) string {
+	if a == nil {
+		return ""
+	}
+	for _, k := range p.Keys {
+		if !a.holdsKeys(k) {
+			return fmt.Sprintf("%s on keys %q", k.Access, k.Prefix)
+		}
+	}
+	for _, r := range p.Resources {
+		if !a.holdsResource(r) {
+			return fmt.Sprintf("%s on resource %s/%s", r.Access, r.Group, r.Resource)
+		}
+	}
+	for _, o := range p.Operator {
+		if !a.operator[api.RightAll] && (o == api.RightAll || !a.operator[o]) {
+			return fmt.Sprintf("operator right %q", o)
+		}
+	}
+	return ""
+}
+
+func (a *authorizer) holdsKeys(k api.ACLKeyRule) bool {
+	write := k.Access == api.AccessWrite
+	for _, r := range a.keys {
+		if grants(r.Access, write) && strings.HasPrefix(k.Prefix, r.Prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *authorizer) holdsResource(k api.ACLResourceRule) bool {
+	write := k.Access == api.AccessWrite
+	for _, r := range a.resources {
+		if grants(r.Access, write) && (r.Group == "*" || r.Group == k.Group) && (r.Resource == "*" || r.Resource == k.Resource) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkGrant refuses to hand out (or take away) the rights of policies unless ctx's
+// token holds every one of them. what says what the request does ("create a token").
+func checkGrant(ctx context.Context, what string, policies ...api.ACLPolicy) error {
+	az := authzOf(ctx)
+	for _, p := range policies {
+		if d := az.beyond(p); d != "" {
+			return fmt.Errorf("%w: cannot %s: policy %q grants %s, which the calling token does not hold "+
+				"(a token manages only rights it has)", ErrForbidden, what, p.Name, d)
+		}
+	}
+	return nil
+}
+
+// checkPolicyWritable refuses any change to the built-in management policy (400, as
+// its deletion always was).
+func checkPolicyWritable(name string) error {
+	if name == api.ManagementPolicy {
+		return fmt.Errorf("acl policy: %w: %q is built in and cannot be changed or deleted, so that a management "+
+			"token always holds every right", ErrInvalidBody, name)
+	}
+	return nil
+}
+
+// tokenPolicies returns the policies of st that names name (a missing one grants
+// nothing and is left out).
+func tokenPolicies(st *aclState, names []string) []api.ACLPolicy {
+	out := make([]api.ACLPolicy, 0, len(names))
+	for _, n := range names {
+		if p, ok := st.policies[n]; ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
