@@ -135,7 +135,7 @@ func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyVa
 		if err != nil {
 			return nil, 0, "", err
 		}
-		cont = codec.encode(continueToken{Revision: rev, Next: next, Start: req.start, End: req.end})
+		cont = codec.encodeAs(s.tokenVersion(), continueToken{Revision: rev, Next: next, Start: req.start, End: req.end})
 	}
 	return kvs, rev, cont, nil
 }
@@ -195,6 +195,21 @@ func (s *Server) decodeToken(ctx context.Context, req listRequest) (continueToke
 	return tok, nil
 }
 
+// formatLimiter is the part of a raft.Node that tells which command formats every
+// voter applies (raft's command-format gate).
+type formatLimiter interface{ CommandFormatLimit() byte }
+
+// tokenVersion is the continue-token format this node issues: version 2 (sealed) once
+// every voter applies command format 3, which every release that reads version 2 does
+// and the releases before it (85d08eb, format 2 at most) do not; version 1 before, so
+// a node of the older release can resume the scan (token.go, Compatibility).
+func (s *Server) tokenVersion() byte {
+	if fl, ok := s.store.(formatLimiter); ok && fl.CommandFormatLimit() < fsm.CommandFormatV3 {
+		return tokenVersion1
+	}
+	return tokenVersion2
+}
+
 // expired is the 410 of a scan whose revision is compacted. It carries an inconsistent
 // continue token that resumes from the same key at the latest revision (KEP-365), for
 // clients that prefer a complete scan to a consistent one.
@@ -206,7 +221,7 @@ func (s *Server) expired(ctx context.Context, req listRequest, from []byte, err 
 	if len(from) == 0 {
 		from = []byte{0} // the smallest non-empty key: a scan of everything from the start
 	}
-	cont := codec.encode(continueToken{Revision: 0, Next: from, Start: req.start, End: req.end})
+	cont := codec.encodeAs(s.tokenVersion(), continueToken{Revision: 0, Next: from, Start: req.start, End: req.end})
 	err = fmt.Errorf("list: %w; restart the scan, or continue it inconsistently "+
 		"at the latest revision with this error's continue token", err)
 	return &expiredError{err: err, cont: cont}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,11 +14,40 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// encodeV1 is the encoder of the releases that issued version 1 tokens (signed, not
-// encrypted): a new node must still read what they issued.
-func (c *tokenCodec) encodeV1(t continueToken) string {
-	b := appendFields([]byte{tokenVersion1}, t)
-	return tokenEncoding.EncodeToString(c.sum(b, b))
+// encodeV1 is the encoder of the releases that issue only version 1 tokens (signed,
+// not encrypted): a new node must still read what they issued.
+func (c *tokenCodec) encodeV1(t continueToken) string { return c.encodeAs(tokenVersion1, t) }
+
+// TestTokenVersionFollowsVoters: while some voter applies command format 2 at most (a
+// release before sealed tokens, such as 85d08eb), list pages carry version 1 tokens,
+// which that release reads; once every voter applies format 3 they are sealed. Found
+// by the upgrade test: a downgraded node refused a new node's token mid-scan.
+func TestTokenVersionFollowsVoters(t *testing.T) {
+	ts := newTestServer(t)
+	for i := range 3 {
+		ts.put(fmt.Sprintf("tv/%d", i), "v")
+	}
+	for _, tc := range []struct {
+		limit byte
+		want  byte
+	}{{fsm.CommandFormatV2, tokenVersion1}, {fsm.CommandFormatV3, tokenVersion2}, {0, tokenVersion2}} {
+		ts.store.SetFormatLimit(tc.limit)
+		var page api.ListResponse
+		ts.doJSON(http.MethodGet, "/v1/kv/tv/?list=true&limit=1", nil, http.StatusOK, &page)
+		raw, err := tokenEncoding.DecodeString(page.Continue)
+		if err != nil || len(raw) == 0 {
+			t.Fatalf("limit %d: token %q: %v", tc.limit, page.Continue, err)
+		}
+		if raw[0] != tc.want {
+			t.Errorf("voters apply format %d: token version %d, want %d", tc.limit, raw[0], tc.want)
+		}
+		var next api.ListResponse
+		ts.doJSON(http.MethodGet, "/v1/kv/tv/?list=true&limit=1&continue="+url.QueryEscape(page.Continue), nil,
+			http.StatusOK, &next)
+		if len(next.Items) != 1 || next.Items[0].Key != "tv/1" {
+			t.Errorf("limit %d: next page %+v, want tv/1", tc.limit, next.Items)
+		}
+	}
 }
 
 // TestTokenOpaque: a token issued now does not contain its keys in any form a client

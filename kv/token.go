@@ -41,7 +41,8 @@ type continueToken struct {
 //	fields = uvarint(Revision) uvarint(len Next) Next uvarint(len Start) Start
 //	         [0 | 1 = End present] (uvarint(len End) End)?
 //
-// Version 1 (read only; no release issues it any more):
+// Version 1 (issued only while some voter runs a release that cannot read version 2;
+// see Server.tokenVersion):
 //
 //	[0x01] fields HMAC-SHA256(macKey, all before)
 //
@@ -49,8 +50,8 @@ type continueToken struct {
 // key the caller may not have been allowed to read (a list filtered by ACLs walked the
 // whole store one token at a time).
 //
-// Version 2 (issued since): the fields sealed with AES-256-GCM, so a token says nothing
-// but its length:
+// Version 2 (issued once every voter reads it): the fields sealed with AES-256-GCM, so
+// a token says nothing but its length:
 //
 //	[0x02] salt[16] AES-256-GCM(key = HMAC-SHA256(aeadKey, salt), nonce = 0, fields,
 //	                            additional data = [0x02])
@@ -65,11 +66,14 @@ type continueToken struct {
 // look equal — they tell only what their holder knows anyway. saltKey and aeadKey
 // are derived from the cluster secret with HKDF-SHA256, each for its one purpose.
 //
-// Compatibility: a new node still reads version 1, because in a mixed-release cluster
-// a client may get a token from an old node and ask a new one for the next page;
-// refusing it would fail a scan in the middle of a rolling upgrade, and reading it
-// gives the client nothing it did not hold already. The first byte stays the format
-// version so the layout can change again without breaking tokens in flight.
+// Compatibility: in a mixed-release cluster a client may get a token from one node and
+// ask another for the next page, in either direction. A new node reads version 1, and
+// issues it while some voter runs a release before version 2 (those read only version
+// 1): refusing either would fail a scan in the middle of a rolling upgrade or a
+// downgrade. Version 1 names only a key the caller may read (scanPage resumes at
+// readable keys), so in that window the token tells its holder nothing it may not
+// know. The first byte stays the format version so the layout can change again
+// without breaking tokens in flight.
 const (
 	tokenVersion1 byte = 1
 	tokenVersion2 byte = 2
@@ -131,6 +135,15 @@ func appendFields(b []byte, t continueToken) []byte {
 
 func fieldsLen(t continueToken) int {
 	return 4*binary.MaxVarintLen64 + len(t.Next) + len(t.Start) + 1 + len(t.End)
+}
+
+// encodeAs returns the token string for t in format version (tokenVersion1 or 2).
+func (c *tokenCodec) encodeAs(version byte, t continueToken) string {
+	if version != tokenVersion1 {
+		return c.encode(t)
+	}
+	b := appendFields([]byte{tokenVersion1}, t)
+	return tokenEncoding.EncodeToString(c.sum(b, b))
 }
 
 // encode returns the opaque token string for t, in version 2.

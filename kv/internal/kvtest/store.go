@@ -12,6 +12,7 @@ package kvtest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hraft "github.com/hashicorp/raft"
@@ -27,6 +28,8 @@ var Secret = []byte("kvtest cluster secret, 32 bytes")
 // concurrent use: Apply calls are serialized like raft's FSM goroutine.
 type LocalStore struct {
 	fsm *fsm.Store
+	// formatLimit is what CommandFormatLimit reports; 0 = fsm.MaxCommandFormat.
+	formatLimit atomic.Uint32
 
 	mu struct {
 		sync.Mutex
@@ -38,6 +41,19 @@ type LocalStore struct {
 		held     int           // views waiting on hold
 	}
 }
+
+// CommandFormatLimit reports the newest command format every voter applies, as
+// raft.Node does: fsm.MaxCommandFormat unless SetFormatLimit lowered it.
+func (s *LocalStore) CommandFormatLimit() byte {
+	if l := s.formatLimit.Load(); l != 0 {
+		return byte(l)
+	}
+	return fsm.MaxCommandFormat
+}
+
+// SetFormatLimit makes CommandFormatLimit report limit, as when an older voter is in
+// the cluster (0 restores the default).
+func (s *LocalStore) SetFormatLimit(limit byte) { s.formatLimit.Store(uint32(limit)) }
 
 // Held is the number of linearizable views waiting for HoldLinearizable's release.
 func (s *LocalStore) Held() int {
