@@ -160,23 +160,23 @@ var zeroNonce [12]byte
 // salt appends the synthetic salt of fields to dst (which must have room for it).
 func (c *tokenCodec) salt(dst, fields []byte) []byte {
 	var sum [sha256.Size]byte
-	mac := c.salts.Get().(hash.Hash)
+	return append(dst, pooledMAC(&c.salts, sum[:0], fields)[:tokenSaltSize]...)
+}
+
+// pooledMAC appends the HMAC of b, with a hash from pool, to dst.
+func pooledMAC(pool *sync.Pool, dst, b []byte) []byte {
+	mac := pool.Get().(hash.Hash)
 	mac.Reset()
-	mac.Write(fields)
-	mac.Sum(sum[:0])
-	c.salts.Put(mac)
-	return append(dst, sum[:tokenSaltSize]...)
+	mac.Write(b)
+	dst = mac.Sum(dst)
+	pool.Put(mac)
+	return dst
 }
 
 // aead returns the AES-256-GCM of one token: its key is the HMAC of the salt.
 func (c *tokenCodec) aead(salt []byte) cipher.AEAD {
 	var key [sha256.Size]byte
-	mac := c.seals.Get().(hash.Hash)
-	mac.Reset()
-	mac.Write(salt)
-	mac.Sum(key[:0])
-	c.seals.Put(mac)
-	block, err := aes.NewCipher(key[:])
+	block, err := aes.NewCipher(pooledMAC(&c.seals, key[:0], salt))
 	if err != nil {
 		panic(err) // a 32-byte key is always valid
 	}
@@ -193,14 +193,7 @@ func appendBytes(b, p []byte) []byte {
 }
 
 // sum appends the version 1 MAC of b to dst.
-func (c *tokenCodec) sum(dst, b []byte) []byte {
-	mac := c.macs.Get().(hash.Hash)
-	mac.Reset()
-	mac.Write(b)
-	dst = mac.Sum(dst)
-	c.macs.Put(mac)
-	return dst
-}
+func (c *tokenCodec) sum(dst, b []byte) []byte { return pooledMAC(&c.macs, dst, b) }
 
 // decode parses and authenticates a token string. Every failure wraps
 // ErrInvalidContinueToken and says what was wrong, never which byte of the MAC.

@@ -55,6 +55,16 @@ func (m *mux) serverHandshake(conn net.Conn) (net.Conn, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	peer, err := m.checkPeer(tc)
+	if err != nil {
+		return nil, "", err
+	}
+	return tc, peer, nil
+}
+
+// checkPeer returns the node ID of tc's verified peer certificate, or closes tc and
+// says why the certificate is refused (revoked).
+func (m *mux) checkPeer(tc net.Conn) (string, error) {
 	cs := tc.(*tls.Conn).ConnectionState()
 	peer, err := m.tls.PeerNodeID(cs)
 	if err == nil && m.gate != nil {
@@ -62,9 +72,9 @@ func (m *mux) serverHandshake(conn net.Conn) (net.Conn, string, error) {
 	}
 	if err != nil {
 		tc.Close()
-		return nil, "", err
+		return "", err
 	}
-	return tc, peer, nil
+	return peer, nil
 }
 
 // clientHandshake is the dialing side's handshake on the mux: it also refuses a
@@ -74,13 +84,7 @@ func (m *mux) clientHandshake(conn net.Conn, want string, timeout time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	cs := tc.(*tls.Conn).ConnectionState()
-	peer, err := m.tls.PeerNodeID(cs)
-	if err == nil && m.gate != nil {
-		err = m.gate.checkCert(peer, cs)
-	}
-	if err != nil {
-		tc.Close()
+	if _, err := m.checkPeer(tc); err != nil {
 		return nil, err
 	}
 	return tc, nil
