@@ -60,6 +60,7 @@ func TestRebuildDamagedFollowerFromPeers(t *testing.T) {
 	if !errors.Is(err, wal.ErrCorrupt) {
 		t.Fatalf("start on the damaged log: %v, want wal.ErrCorrupt", err)
 	}
+	t.Logf("start on the damaged log refused:\n%v", err)
 	for _, s := range []string{"keel rebuild -data-dir " + dir, "seg-", "offset", "entries from index"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("start error does not say %q:\n%v", s, err)
