@@ -211,7 +211,11 @@ func (s markingStable) Set(k, v []byte) error {
 	return s.StableStore.Set(k, v)
 }
 
+// SetUint64 of 0 is no state: hashicorp/raft's NewRaft stores term 0 on every start.
 func (s markingStable) SetUint64(k []byte, v uint64) error {
+	if v == 0 {
+		return s.StableStore.SetUint64(k, v)
+	}
 	if err := s.m.mark(); err != nil {
 		return err
 	}

@@ -129,6 +129,6 @@ func withRebuildAdvice(dataDir string, err error) error {
 		"  keel rebuild -data-dir %s -addr <HTTP address of a live member> [-token ...] [-ca-file ... -cert-file ... -key-file ...]\n"+
 		"then start this agent as before. The cluster removes the node first; its Raft state is kept in %s;\n"+
 		"the node rejoins as a non-voter, catches up from a snapshot and is promoted to voter once caught up.\n"+
-		"See docs/operations.md, \"Damaged log: rebuilding a node from its peers\".",
+		"See docs/operations.md, section \"Damaged log: rebuilding a node from its peers\"",
 		err, what, dataDir, filepath.Join(dataDir, "damaged-<time>"))
 }
