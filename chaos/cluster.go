@@ -73,6 +73,10 @@ type Cluster interface {
 	// heal lifts the fault, restarts the node if it stopped, and reports an injection
 	// that did nothing (a sync fault the node survived, a write fault no write met).
 	FailLog(ctx context.Context, id, mode string) (heal func() error, err error)
+	// CorruptLog kills the node, damages its Raft log where no crash explains it, and
+	// checks that it then refuses to start; heal rebuilds it from its peers (`keel
+	// rebuild`), restarts it and waits until it is a voter again.
+	CorruptLog(ctx context.Context, id string) (heal func() error, err error)
 	// Supports says whether the backend can inject the fault kind.
 	Supports(k FaultKind) bool
 	// Crashed lists nodes whose process exited without the harness stopping it.

@@ -501,6 +501,11 @@ func (c *DockerCluster) FailLog(context.Context, string, string) (func() error, 
 	return nil, ErrUnsupported
 }
 
+// CorruptLog implements Cluster: not on containers.
+func (c *DockerCluster) CorruptLog(context.Context, string) (func() error, error) {
+	return nil, ErrUnsupported
+}
+
 // Supports implements Cluster.
 func (c *DockerCluster) Supports(k FaultKind) bool {
 	switch k {

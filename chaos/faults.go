@@ -226,6 +226,9 @@ func (r *FaultRunner) inject(ctx context.Context, st Step) (string, func() error
 	case FaultLogIO:
 		heal, err := r.c.FailLog(ctx, id, st.LogFault)
 		return fmt.Sprintf("fail the raft log %ss of %s", st.LogFault, who), heal, err
+	case FaultCorruptLog:
+		heal, err := r.c.CorruptLog(ctx, id)
+		return "corrupt the raft log of " + who + " while it is down; rebuild it from its peers", heal, err
 	case FaultAdd, FaultRemove, FaultReplace:
 		desc, err := r.changeMembership(ctx, st.Kind, id)
 		return desc, nil, err

@@ -94,6 +94,11 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Name: "corrupt-log", Nodes: 3, Window: 24 * s, Backends: proc,
+			Proves: "a follower whose Raft log is damaged while it is down (a flipped byte good records follow) refuses to start and names keel rebuild; rebuilt from its peers it rejoins as a non-voter, catches up and is a voter again; nothing acknowledged is lost",
+			Faults: []FaultSpec{{Kind: FaultCorruptLog, Target: TargetFollower, HoldMin: 2 * s, HoldMax: 3 * s, GapMin: 3 * s, GapMax: 4 * s, Max: 2}},
+		},
+		{
 			Name: "mixed", Nodes: 5, Window: 30 * s, Backends: proc,
 			Proves: "a random mix of crashes, pauses, partitions and one-way links on 5 nodes (Jepsen's combined nemesis)",
 			Faults: []FaultSpec{

@@ -24,6 +24,9 @@ const (
 	FaultReplace  FaultKind = "replace"   // a new voter joins, then the target is removed
 	FaultDiskFull FaultKind = "disk-full" // the target's data dir (a small tmpfs) fills up for Hold
 	FaultLogIO    FaultKind = "log-io"    // the target's Raft log gets I/O errors (LogFault: sync or write) for Hold
+	// FaultCorruptLog kills the target, damages its Raft log (not a torn write), checks
+	// that it refuses to start, then rebuilds it with `keel rebuild` and restarts it.
+	FaultCorruptLog FaultKind = "corrupt-log"
 )
 
 // Target says which node a fault hits; it is resolved when the fault fires.

@@ -84,3 +84,9 @@ func (h *harnessTLS) args(id string) []string {
 	return []string{"-ca-file", filepath.Join(h.dir, "keel-ca.pem"), "-cert-file", filepath.Join(h.dir, id+".pem"),
 		"-key-file", filepath.Join(h.dir, id+"-key.pem"), "-verify-clients"}
 }
+
+// clientArgs are the harness client's TLS flags, for keel's client commands.
+func (h *harnessTLS) clientArgs() []string {
+	return []string{"-ca-file", filepath.Join(h.dir, "keel-ca.pem"), "-cert-file", filepath.Join(h.dir, "chaos.pem"),
+		"-key-file", filepath.Join(h.dir, "chaos-key.pem")}
+}

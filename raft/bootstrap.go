@@ -10,9 +10,10 @@ import (
 )
 
 // HasState reports whether this node has Raft state: it was opened on existing state,
-// or it is part of a configuration now. A node with state must never bootstrap.
+// it is being rebuilt from its peers (rejoin.go), or it is part of a configuration now.
+// A node with state must never bootstrap.
 func (n *Node) HasState() bool {
-	return n.existing || n.inConfiguration() || n.raft.LastIndex() > 0
+	return n.existing || n.rejoin != nil || n.inConfiguration() || n.raft.LastIndex() > 0
 }
 
 // IsLeader reports whether this node is the leader right now.

@@ -13,7 +13,8 @@
 // node.go (Open, Close), apply.go (writes), read.go (read index), leadership.go,
 // members.go, contact.go (leader contact), rpc.go, bootstrap.go, snapshot.go,
 // leadercall.go (CallLeader: an opaque request served by the leader, as kv's lease
-// keepalives are; ApplyLeader: a write that is never forwarded).
+// keepalives are; ApplyLeader: a write that is never forwarded), rejoin.go (a node
+// rebuilt from its peers after its log was damaged), describe.go.
 //
 // Invariants.
 //   - A write is applied at most once. Apply retries only errors that prove the command
@@ -29,11 +30,16 @@
 //   - A log store that fails to sync stops the node (logStoreFailed): nothing is
 //     acknowledged after a write that may not be on disk.
 //   - Open unwinds a partial start through shutdown, the path Close takes.
+//   - A node never runs as a voter without Raft state it may have acknowledged: Open
+//     refuses a data dir marked raft-member that holds no state (ErrStateLost) unless
+//     MoveStateAside, after the cluster removed the node, marked it to rejoin; it then
+//     rejoins as a non-voter and is promoted once its log has caught up (rejoin.go).
 //
 // Threads. hashicorp/raft's own goroutines, its FSM goroutine among them, which alone
 // calls fsmAdapter.ApplyBatch and Restore. Node runs leaderLoop (follows leadership
 // and runs each term's barrier), membersLoop (refreshes the member list), contactLoop
-// (tracks leader contact), joinLoop (until joined) and the RPC server's connections;
+// (tracks leader contact), joinLoop (until joined), rejoinLoop (a rebuilt node, until
+// it is a voter again) and the RPC server's connections;
 // all end in Close, which waits for them. Apply and View are safe for concurrent use
 // and block at most ApplyTimeout.
 //

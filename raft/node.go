@@ -34,8 +34,13 @@ type Node struct {
 	mux   *mux
 	addr  string // advertised raft address
 
-	existing bool   // raft state was on disk at Open
-	nonce    uint64 // random per Open: tells a restarted process from the previous one
+	existing bool // raft state was on disk at Open
+	// mark writes raft-member; rejoin is raft-rejoin's record (nil: none), and
+	// rejoining is true until the rebuilt node is a voter again (rejoin.go).
+	mark      memberMark
+	rejoin    *RejoinRecord
+	rejoining atomic.Bool
+	nonce     uint64 // random per Open: tells a restarted process from the previous one
 
 	pool     rpcPool
 	rpcConns connSet
@@ -94,6 +99,12 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store), addr: advertise,
 		ctx: nctx, cancel: cancel, logFailed: make(chan error, 1)}
 	n.verify.n = n
+	n.mark.dataDir = cfg.DataDir
+	if n.rejoin, err = readRejoin(cfg.DataDir); err != nil {
+		ln.Close()
+		cancel()
+		return nil, err
+	}
 	n.formatLimit.Store(uint32(fsm.MaxCommandFormat))
 	n.peerFormats.limit.Store(uint32(fsm.MaxCommandFormat))
 	var nb [8]byte
@@ -130,9 +141,9 @@ func (n *Node) start(ctx context.Context, dir string) error {
 		return fmt.Errorf("raft: open log: %w", err)
 	}
 	n.wal = w
-	var store hraft.LogStore = w
+	var store hraft.LogStore = markingLogs{LogStore: w, m: &n.mark}
 	if cfg.wrapLogStore != nil {
-		store = cfg.wrapLogStore(w)
+		store = cfg.wrapLogStore(store)
 	}
 	logs, err := hraft.NewLogCache(512, store)
 	if err != nil {
@@ -170,7 +181,10 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("raft: inspect state: %w", err)
 	}
-	r, err := hraft.NewRaft(rc, n.fsm, logs, bolt, snaps, n.trans)
+	if err := n.checkState(existing); err != nil {
+		return err
+	}
+	r, err := hraft.NewRaft(rc, n.fsm, logs, markingStable{StableStore: bolt, m: &n.mark}, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("raft: start: %w", err)
 	}
@@ -178,6 +192,8 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	n.existing = existing
 	n.mux.start() // routed connections use n.raft
 	switch {
+	case n.rejoin != nil:
+		n.startRejoin(existing)
 	case existing:
 		n.log.Info("recovered raft state", "applied", n.store.AppliedIndex())
 	case cfg.Bootstrap:

@@ -48,7 +48,7 @@ func newRootCmd() *cobra.Command {
 	pf.StringVar(&global.token, "token", os.Getenv("KEEL_TOKEN"), "ACL token secret sent with every request (env KEEL_TOKEN)")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
-	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(),
+	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(), newRebuildCmd(),
 		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd(), newACLCmd())
 	return root
 }

@@ -130,7 +130,7 @@ func (a *Agent) start(ctx context.Context) error {
 		rcfg.Join = resolveJoin(ctx, rcfg.Join, a.clientTLS(), a.log)
 	}
 	if a.node, err = raft.Open(ctx, rcfg, a.store); err != nil {
-		return fmt.Errorf("open raft: %w", err)
+		return fmt.Errorf("open raft: %w", withRebuildAdvice(cfg.DataDir, err))
 	}
 	a.compactor = fsm.StartCompactor(a.store)
 	kcfg := cfg.KV
