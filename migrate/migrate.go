@@ -307,7 +307,8 @@ func (m *Migrator) begin(ctx context.Context, view *fsm.View, r *versions.Resour
 	now := time.Now().UTC()
 	next = Status{Resource: r.Key(), State: StateRunning, Target: target, ScanRevision: view.Revision(),
 		StorageVersionRevision: sv.Revision, Pass: 1, Remaining: next.Remaining, Total: next.Total,
-		DryRun: m.cfg.DryRun, Started: now, Conditions: st.Conditions, Revision: st.Revision}
+		DryRun: m.cfg.DryRun, Started: now, Conditions: st.Conditions, Revision: st.Revision,
+		Progress: observe(nil, 0, now)}
 	m.log.Info("migration started", "resource", r.Key(), "version", target, "remaining", next.RemainingTotal(),
 		"dry_run", m.cfg.DryRun, "requested", st.Requested)
 	return &next, nil
@@ -337,6 +338,9 @@ func (m *Migrator) endPass(ctx context.Context, r *versions.Resource, target str
 		return false, err
 	}
 	st.ObjectsPerSecond, st.ETASeconds = 0, 0
+	if left := st.RemainingTotal(); m.cfg.DryRun || left == 0 || left <= int64(len(st.Poison)) {
+		st.Progress = nil // no longer running
+	}
 	switch left := st.RemainingTotal(); {
 	case m.cfg.DryRun:
 		st.State, st.Finished, st.CheckedRevision = StateDryRun, time.Now().UTC(), view.Revision()

@@ -155,7 +155,7 @@ func printKeyMigration(w io.Writer, st *api.KeyMigrationStatus) {
 			wk.Total, wk.Written, wk.Skipped)
 		if wk.State == "Running" {
 			if wk.KeysPerSecond > 0 {
-				fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond))
+				fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond, wk.Updated))
 			}
 		} else {
 			fmt.Fprintf(w, ", %d left (exact)", wk.Left)
@@ -208,7 +208,7 @@ func keyProgressLine(st *api.KeyMigrationStatus, width int) string {
 	line += fmt.Sprintf(" %s [%s%s] %3.0f%% %s/%s", wk.Kind, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill),
 		frac*100, human(min(done, total)), human(total))
 	if wk.State == "Running" {
-		line += fmt.Sprintf(" %s/s ETA %s", human(int64(wk.KeysPerSecond)), eta(wk.ETASeconds, wk.KeysPerSecond))
+		line += " " + rateETA(wk.KeysPerSecond, wk.ETASeconds, wk.Updated)
 	} else {
 		line += " " + wk.State
 	}
