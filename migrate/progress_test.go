@@ -142,3 +142,20 @@ func TestKeyCopyProgressHonest(t *testing.T) {
 	}
 	t.Fatal("the copy did not finish in 20 s")
 }
+
+// TestMigrateReasonNamesHashes: a migration says why it started in the KEP's terms:
+// the storage version hashes stored objects have and the current one (the hash the
+// discovery document serves), with the versions for people.
+//
+// Kills: a migration record without its reason, or with names only.
+func TestMigrateReasonNamesHashes(t *testing.T) {
+	f := newFixture(t)
+	f.putV1(3)
+	m := f.migrator(Config{})
+	st := f.stepUntil(m, StateSucceeded)
+	want := "storage version hash changed from " + versions.StorageVersionHash("apps/widgets", "v1") +
+		" (apps/v1) to " + versions.StorageVersionHash("apps/widgets", "v2") + " (apps/v2)"
+	if st.Reason != want {
+		t.Fatalf("reason %q, want %q", st.Reason, want)
+	}
+}

@@ -323,5 +323,8 @@ func describeMigration(m *api.MigrationStatus) string {
 	if m.Message != "" && m.State != migrate.StateSucceeded {
 		fmt.Fprintf(&b, " (%s)", m.Message)
 	}
+	if m.Reason != "" && (m.State == migrate.StateRunning || m.State == migrate.StateAborted) {
+		fmt.Fprintf(&b, "; started: %s", m.Reason)
+	}
 	return b.String()
 }
