@@ -80,7 +80,8 @@ func (m *Migrator) stepKeyMigrations(ctx context.Context) (busy bool) {
 }
 
 // autoAdvance takes the next phase of an "advance: auto" migration when the rules
-// allow it (AdvanceBlocked) and the current phase has lasted k.MinDwell.
+// allow it (AdvanceBlocked) and the current phase has lasted k.MinDwell; it stops
+// before phase 5 (deleting the old keys cannot be undone) unless k.AutoFinalize.
 func (m *Migrator) autoAdvance(ctx context.Context, k *versions.KeyMigration) {
 	if !k.Auto || m.cfg.KeyMembers == nil {
 		return
@@ -95,6 +96,9 @@ func (m *Migrator) autoAdvance(ctx context.Context, k *versions.KeyMigration) {
 	}
 	if rec.Last != nil && time.Since(rec.Last.At) < k.MinDwell {
 		return
+	}
+	if rec.Phase+1 == api.KeyPhaseDelete && !k.AutoFinalize {
+		return // irreversible: an operator's advance (or autoFinalize: true) takes it
 	}
 	members := m.cfg.KeyMembers()
 	if AdvanceBlocked(view, k, rec, members, rec.Phase+1) != "" {
