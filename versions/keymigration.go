@@ -40,7 +40,7 @@ type KeyMigration struct {
 	// phase 5, which deletes the old keys and cannot be rolled back once it has. Off
 	// (the default), "advance: auto" stops in phase 4 and an operator's advance takes 5.
 	AutoFinalize bool
-	Line     int // of the declaration, for messages
+	Line         int // of the declaration, for messages
 }
 
 // Sentinel errors of key migrations.
