@@ -57,3 +57,28 @@ func TestStorageStateHashIsDiscoveryHash(t *testing.T) {
 		return nil
 	})
 }
+
+// TestKeyMigrationOneNodeNoGossip: on a one-node cluster without gossip (`make run`)
+// the only member is the node answering, so its own support is known: advance walks
+// 0 → 1 → 2 back to back, and the status lists the node as ok in the current phase.
+//
+// Kills: a node without gossip that knows no member's support ("the members' support is
+// unknown (gossip is off)": no step could be taken at all).
+func TestKeyMigrationOneNodeNoGossip(t *testing.T) {
+	a := oneNode(t, "widgets-keymig.yaml")
+	if a.gossip != nil {
+		t.Fatal("the test wants a node without gossip")
+	}
+	for to := 1; to <= 2; to++ {
+		// The node announces the phase its own state machine applied, which the
+		// linearizable advance has waited for: no retry needed.
+		if code, msg := keyStep(t, a, "advance", nil); code != http.StatusOK {
+			t.Fatalf("advance to %d = %d %s", to, code, msg)
+		}
+	}
+	st := keyStatus(t, a)
+	if st.Phase != 2 || len(st.Nodes) != 1 || st.Nodes[0].NodeID != "n1" || st.Nodes[0].Status != "ok" ||
+		st.Nodes[0].Phase != 2 {
+		t.Fatalf("status after two advances: phase %d nodes %+v (blocked: %q)", st.Phase, st.Nodes, st.NextBlocked)
+	}
+}
