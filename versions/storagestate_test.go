@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/keel-kv/keel/fsm"
@@ -76,5 +77,41 @@ func TestStorageStateHashes(t *testing.T) {
 	}
 	if h := StorageVersionHash(r.Key(), VersionUnknown); h != VersionUnknown {
 		t.Errorf("hash of Unknown = %q, want %q (the KEP's)", h, VersionUnknown)
+	}
+}
+
+// TestHeldBackNamesTheOldNode: when an old member (decoding v1 only) makes the others
+// write v1 though they prefer v2, the manager says which member holds writes back — its
+// node ID, release and decodable versions — and what to do, and the report carries it
+// (what `keel versions` and the 409 Downgraded message show).
+//
+// Kills: a write filter that holds writes back without naming the member (the message
+// blamed the stored version, "apps/v1, the version apps/widgets is stored in now").
+func TestHeldBackNamesTheOldNode(t *testing.T) {
+	store := openStore(t)
+	members := func() []Member {
+		return []Member{{ID: "n1", Alive: true, Release: "v1.2.0"}, {ID: "n2", Alive: true, Release: "85d08eb",
+			Decodable: map[string][]string{"apps/widgets": {"v1"}}}}
+	}
+	n1 := newManager(t, "n1", mustSchema(t, "widgets-v1v2.yaml"), store, members)
+	n2 := newManager(t, "n2", mustSchema(t, "widgets-v1.yaml"), store, members)
+	n2.Reconcile(context.Background())
+	n1.Reconcile(context.Background())
+	if enc, err := n1.WriteEncoding("apps/widgets"); enc != "v1" || err != nil {
+		t.Fatalf("n1 writes %q (%v), want v1 while n2 decodes only v1", enc, err)
+	}
+	held := n1.HeldBack("apps/widgets")
+	for _, want := range []string{"node n2 (release 85d08eb, decodes v1)", "cannot decode v2", "upgrade that node",
+		"remove it"} {
+		if !strings.Contains(held, want) {
+			t.Errorf("held back = %q, want it to contain %q", held, want)
+		}
+	}
+	rep, err := BuildReport(context.Background(), store, n1, "n1")
+	if err != nil || len(rep.Resources) != 1 || rep.Resources[0].HeldBack != held {
+		t.Fatalf("report %+v %v, want heldBack %q", rep, err, held)
+	}
+	if h := n2.HeldBack("apps/widgets"); h != "" {
+		t.Errorf("n2 writes its preferred version; held back = %q", h)
 	}
 }
