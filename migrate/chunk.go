@@ -58,10 +58,9 @@ func (m *Migrator) chunk(ctx context.Context, view *fsm.View, r *versions.Resour
 	}
 	var todo []rewrite
 	bytes := 0
-	for i, kv := range kvs {
+	for _, kv := range kvs {
 		if bytes >= maxChunkBytes {
 			next = kv.Key // the rest is the next chunk's
-			kvs = kvs[:i]
 			break
 		}
 		st.Scanned++
