@@ -367,12 +367,17 @@ func (s *Server) putObject(ctx context.Context, q resourceReq, obj map[string]an
 func lossError(q resourceReq, enc string, prep *versions.Write) error {
 	var why []string
 	if len(prep.Lost) > 0 {
-		why = append(why, fmt.Sprintf("%s/%s, the version %s is stored in now, cannot hold the values of %v",
+		why = append(why, fmt.Sprintf("%s/%s, the version %s is written in now, cannot hold the values of %v",
 			q.r.Group, enc, q.r.Key(), prep.Lost))
 	}
 	if len(prep.Downgraded) > 0 {
 		why = append(why, fmt.Sprintf("the stored object holds values of %v that %s cannot see and that cannot be kept",
 			prep.Downgraded, q.apiVersion()))
+	}
+	if h, ok := q.res.(interface{ HeldBack(string) string }); ok && len(prep.Lost) > 0 {
+		if held := h.HeldBack(q.r.Key()); held != "" {
+			why = append(why, held) // the stored objects may be newer: say who holds writes back
+		}
 	}
 	return fmt.Errorf("%w: %s %q: %s; nothing written (add ?force=true to accept the loss)",
 		ErrDowngraded, q.r.Key(), q.name, strings.Join(why, "; and "))

@@ -58,10 +58,9 @@ func (m *Migrator) chunk(ctx context.Context, view *fsm.View, r *versions.Resour
 	}
 	var todo []rewrite
 	bytes := 0
-	for i, kv := range kvs {
+	for _, kv := range kvs {
 		if bytes >= maxChunkBytes {
 			next = kv.Key // the rest is the next chunk's
-			kvs = kvs[:i]
 			break
 		}
 		st.Scanned++
@@ -86,10 +85,10 @@ func (m *Migrator) chunk(ctx context.Context, view *fsm.View, r *versions.Resour
 	if next == nil {
 		st.ScanRevision = 0 // scanned: the next step counts what is left
 	}
-	m.updateRate(st, len(kvs), time.Now())
 	if err := m.wait(ctx, len(todo)); err != nil {
 		return err
 	}
+	updateRate(st, time.Now()) // after the wait: the rate the limit allows
 	return m.commit(ctx, r, st, todo)
 }
 
@@ -243,28 +242,18 @@ func convert(r *versions.Resource, kv fsm.KeyValue, from, target string) ([]byte
 
 var errPoison = errors.New("migrate: object cannot be converted")
 
-// updateRate folds a chunk of n objects into the scan rate (an exponentially weighted
-// average over chunks) and the ETA of the pass. A gap of more than 10 s since the last
-// record (a pause, an abort, a new leader) starts the average afresh.
-func (m *Migrator) updateRate(st *Status, n int, now time.Time) {
-	dt := now.Sub(st.Updated).Seconds()
-	if st.Updated.IsZero() || dt <= 0 || dt > 10 {
-		return
-	}
-	inst := float64(n) / dt
-	if st.ObjectsPerSecond == 0 {
-		st.ObjectsPerSecond = inst
-	} else {
-		st.ObjectsPerSecond = 0.7*st.ObjectsPerSecond + 0.3*inst
-	}
-	st.ETASeconds = 0
-	if left := st.Total - st.PassScanned; left > 0 && st.ObjectsPerSecond > 0 {
-		st.ETASeconds = float64(left) / st.ObjectsPerSecond
-	}
+// updateRate adds the checkpoint of st (objects scanned, all passes) at now and sets
+// the rate over the last seconds (see progress.go) and the ETA of the pass.
+func updateRate(st *Status, now time.Time) {
+	st.Progress = observe(st.Progress, st.Scanned, now)
+	st.ObjectsPerSecond = rateOf(st.Progress)
+	st.ETASeconds = etaOf(st.Total-st.PassScanned, st.ObjectsPerSecond)
 }
 
 // setRate applies the cluster-wide rate (objects per second, < 0 unlimited) to the
-// limiter; a burst holds at least one whole chunk.
+// limiter. Its burst is one chunk (the most one wait takes), and a new limiter starts
+// empty: a second's worth of tokens up front would let the first chunks out at once,
+// faster than the rate set.
 func (m *Migrator) setRate(r int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -272,9 +261,10 @@ func (m *Migrator) setRate(r int) {
 	if r <= 0 {
 		return
 	}
-	burst := max(r, fsm.MaxTxnOps)
+	burst := m.cfg.Chunk
 	if m.mu.limiter == nil {
 		m.mu.limiter = rate.NewLimiter(rate.Limit(r), burst)
+		m.mu.limiter.AllowN(time.Now(), burst)
 		return
 	}
 	m.mu.limiter.SetLimit(rate.Limit(r))

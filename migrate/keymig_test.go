@@ -249,9 +249,12 @@ func TestKeyRollbackToZeroClearsNewRange(t *testing.T) {
 	}
 }
 
-// TestKeyAutoAdvance: "advance: auto" walks 0 → 5 by itself on the leader, each step
+// TestKeyAutoAdvance: "advance: auto" walks 0 → 4 by itself on the leader (5 only with
+// autoFinalize), each step
 // only when the rules allow it (3 → 4 after the copy), and not before the phase has
 // lasted minDwell.
+//
+// Kills: an automatic walk that takes phase 5 without autoFinalize.
 func TestKeyAutoAdvance(t *testing.T) {
 	f := newKeyFixture(t)
 	f.seed(120)
@@ -268,16 +271,25 @@ func TestKeyAutoAdvance(t *testing.T) {
 	}
 	ctx := context.Background()
 	phases := []int{0}
-	for range 2000 {
-		m.stepKeyMigrations(ctx)
-		rec, _ := versions.ReadKeyPhase(f.view(), auto.Name)
-		if phases[len(phases)-1] != rec.Phase {
-			phases = append(phases, rec.Phase)
-		}
-		if old, _ := CountKeys(f.view(), f.k); rec.Phase == 5 && old == 0 {
-			break
+	walk := func(until func(phase int) bool) {
+		for range 2000 {
+			m.stepKeyMigrations(ctx)
+			rec, _ := versions.ReadKeyPhase(f.view(), auto.Name)
+			if phases[len(phases)-1] != rec.Phase {
+				phases = append(phases, rec.Phase)
+			}
+			if until(rec.Phase) {
+				return
+			}
 		}
 	}
+	// Without autoFinalize the walk stops in phase 4: phase 5 cannot be undone.
+	walk(func(int) bool { return false })
+	if fmt.Sprint(phases) != "[0 1 2 3 4]" {
+		t.Fatalf("phases walked without autoFinalize = %v, want 0..4 and a stop before 5", phases)
+	}
+	auto.AutoFinalize = true
+	walk(func(p int) bool { old, _ := CountKeys(f.view(), f.k); return p == 5 && old == 0 })
 	if fmt.Sprint(phases) != "[0 1 2 3 4 5]" {
 		t.Fatalf("phases walked = %v, want every one of 0..5 in order", phases)
 	}

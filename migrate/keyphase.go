@@ -78,7 +78,9 @@ func AdvanceBlocked(view *fsm.View, k *versions.KeyMigration, rec *api.KeyPhaseR
 // membersBlock says which member keeps the cluster from leaving phase.
 func membersBlock(name string, phase int, members []KeyMember) string {
 	if members == nil {
-		return "the members' support is unknown (gossip is off): every member must announce key migration " + name
+		return "the members' support is unknown: gossip is off and the cluster has more than one member, so " +
+			"none can announce key migration " + name + " and the phase it applies; start every agent with gossip " +
+			"(-gossip-addr, or -bootstrap-expect) and advance again"
 	}
 	sort.Slice(members, func(i, j int) bool { return members[i].ID < members[j].ID })
 	for _, m := range members {

@@ -80,7 +80,8 @@ func (m *Migrator) stepKeyMigrations(ctx context.Context) (busy bool) {
 }
 
 // autoAdvance takes the next phase of an "advance: auto" migration when the rules
-// allow it (AdvanceBlocked) and the current phase has lasted k.MinDwell.
+// allow it (AdvanceBlocked) and the current phase has lasted k.MinDwell; it stops
+// before phase 5 (deleting the old keys cannot be undone) unless k.AutoFinalize.
 func (m *Migrator) autoAdvance(ctx context.Context, k *versions.KeyMigration) {
 	if !k.Auto || m.cfg.KeyMembers == nil {
 		return
@@ -95,6 +96,9 @@ func (m *Migrator) autoAdvance(ctx context.Context, k *versions.KeyMigration) {
 	}
 	if rec.Last != nil && time.Since(rec.Last.At) < k.MinDwell {
 		return
+	}
+	if rec.Phase+1 == api.KeyPhaseDelete && !k.AutoFinalize {
+		return // irreversible: an operator's advance (or autoFinalize: true) takes it
 	}
 	members := m.cfg.KeyMembers()
 	if AdvanceBlocked(view, k, rec, members, rec.Phase+1) != "" {
@@ -136,6 +140,7 @@ func (m *Migrator) KeyStep(ctx context.Context, k *versions.KeyMigration) (more 
 		}
 		w := &api.KeyWork{Name: k.Name, Kind: kind, PhaseRev: rec.Revision, State: workRunning,
 			ScanRevision: view.Revision(), Started: time.Now().UTC(), Revision: prev}
+		w.Progress = observe(nil, 0, w.Started)
 		w.Total = countRange(view, scanRange(k, w))
 		m.log.Info("key migration work started", "migration", k.Name, "work", kind, "phase", rec.Phase, "keys", w.Total)
 		return true, m.saveWork(ctx, rec, w, nil)
@@ -162,7 +167,7 @@ func (m *Migrator) endKeyPass(ctx context.Context, view *fsm.View, k *versions.K
 		next.Stage, next.ScanRevision, next.NextKey = 1, view.Revision(), nil
 		next.Total = countRange(view, []byte(k.From))
 	case next.Left == 0:
-		next.State, next.Finished = workDone, time.Now().UTC()
+		next.State, next.Finished, next.Progress = workDone, time.Now().UTC(), nil
 		m.log.Info("key migration work done", "migration", k.Name, "work", w.Kind, "written", w.Written,
 			"skipped", w.Skipped)
 	default:
@@ -302,26 +307,16 @@ func (m *Migrator) keyChunk(ctx context.Context, view *fsm.View, k *versions.Key
 	if err := m.wait(ctx, len(todo)); err != nil {
 		return err
 	}
-	updateKeyRate(&next, w, len(kvs), time.Now()) // after the wait: the rate the limit allows
+	updateKeyRate(&next, time.Now()) // after the wait: the rate the limit allows
 	return m.saveWork(ctx, rec, &next, todo)
 }
 
-// updateKeyRate folds a chunk of n keys into the rate and the ETA (as updateRate).
-func updateKeyRate(next, prev *api.KeyWork, n int, now time.Time) {
-	dt := now.Sub(prev.Updated).Seconds()
-	if prev.Updated.IsZero() || dt <= 0 || dt > 10 {
-		return
-	}
-	inst := float64(n) / dt
-	if next.KeysPerSecond == 0 {
-		next.KeysPerSecond = inst
-	} else {
-		next.KeysPerSecond = 0.7*next.KeysPerSecond + 0.3*inst
-	}
-	next.ETASeconds = 0
-	if left := next.Total - next.Scanned; left > 0 && next.KeysPerSecond > 0 {
-		next.ETASeconds = float64(left) / next.KeysPerSecond
-	}
+// updateKeyRate adds the checkpoint of next (keys scanned) at now and sets the rate
+// over the last seconds (see progress.go) and the ETA of the pass.
+func updateKeyRate(next *api.KeyWork, now time.Time) {
+	next.Progress = observe(next.Progress, next.Scanned, now)
+	next.KeysPerSecond = rateOf(next.Progress)
+	next.ETASeconds = etaOf(next.Total-next.Scanned, next.KeysPerSecond)
 }
 
 // saveWork writes next (over the stored work record, next.Revision) with todo in one

@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,8 +297,10 @@ func (m *Migrator) begin(ctx context.Context, view *fsm.View, r *versions.Resour
 			return nil, nil
 		}
 	}
-	// Count exactly what is left; start a pass if anything is.
-	if err := m.count(view, r, target, &next); err != nil {
+	// Count exactly what is left (the KEP's trigger: a persisted storage version hash
+	// other than the current one); start a pass if anything is.
+	ss, err := m.countState(view, r, target, &next)
+	if err != nil {
 		return nil, err
 	}
 	if len(next.Remaining) == 0 {
@@ -307,10 +310,23 @@ func (m *Migrator) begin(ctx context.Context, view *fsm.View, r *versions.Resour
 	now := time.Now().UTC()
 	next = Status{Resource: r.Key(), State: StateRunning, Target: target, ScanRevision: view.Revision(),
 		StorageVersionRevision: sv.Revision, Pass: 1, Remaining: next.Remaining, Total: next.Total,
-		DryRun: m.cfg.DryRun, Started: now, Conditions: st.Conditions, Revision: st.Revision}
+		DryRun: m.cfg.DryRun, Started: now, Conditions: st.Conditions, Revision: st.Revision,
+		Progress: observe(nil, 0, now), Reason: startReason(ss, r, target, st.Requested)}
 	m.log.Info("migration started", "resource", r.Key(), "version", target, "remaining", next.RemainingTotal(),
-		"dry_run", m.cfg.DryRun, "requested", st.Requested)
+		"dry_run", m.cfg.DryRun, "requested", st.Requested, "reason", next.Reason)
 	return &next, nil
+}
+
+// startReason says why a migration starts: the storage version hashes stored objects
+// have against the current one, as the KEP's trigger compares them, e.g. "storage
+// version hash changed from X (apps/v1) to Y (apps/v2)".
+func startReason(ss *versions.StorageState, r *versions.Resource, target string, requested bool) string {
+	why := fmt.Sprintf("storage version hash changed from %s to %s (%s/%s)", strings.Join(ss.StaleHashes(), ", "),
+		versions.StorageVersionHash(r.Key(), target), r.Group, target)
+	if requested {
+		why = "requested by an operator; " + why
+	}
+	return why
 }
 
 // restartPass starts the pass again at view's revision: the StorageVersion record the
@@ -337,6 +353,9 @@ func (m *Migrator) endPass(ctx context.Context, r *versions.Resource, target str
 		return false, err
 	}
 	st.ObjectsPerSecond, st.ETASeconds = 0, 0
+	if left := st.RemainingTotal(); m.cfg.DryRun || left == 0 || left <= int64(len(st.Poison)) {
+		st.Progress = nil // no longer running
+	}
 	switch left := st.RemainingTotal(); {
 	case m.cfg.DryRun:
 		st.State, st.Finished, st.CheckedRevision = StateDryRun, time.Now().UTC(), view.Revision()
@@ -394,9 +413,15 @@ func (m *Migrator) finish(st *Status, r *versions.Resource, target string, view 
 
 // count sets st.Remaining and st.Total exactly from view (O(objects of r)).
 func (m *Migrator) count(view *fsm.View, r *versions.Resource, target string, st *Status) error {
+	_, err := m.countState(view, r, target, st)
+	return err
+}
+
+// countState is count, returning the storage state (with target current) it counted.
+func (m *Migrator) countState(view *fsm.View, r *versions.Resource, target string, st *Status) (*versions.StorageState, error) {
 	state, err := versions.ComputeStorageState(view, r, target)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st.Remaining, st.Total = map[string]int64{}, 0
 	for v, n := range state.ObjectCounts {
@@ -405,7 +430,7 @@ func (m *Migrator) count(view *fsm.View, r *versions.Resource, target string, st
 			st.Remaining[v] = n
 		}
 	}
-	return nil
+	return state, nil
 }
 
 // mayHaveWork is the cheap check of a finished (or blocked, or dry-run) migration:
@@ -419,17 +444,20 @@ func (m *Migrator) mayHaveWork(ctx context.Context, view *fsm.View, r *versions.
 	case StateDryRun:
 		return false
 	}
+	current := versions.StorageVersionHash(r.Key(), st.Target)
 	for v, n := range versions.TagCounts(view, r.Key()) {
-		if n > 0 && v != st.Target {
+		if n > 0 && versions.StorageVersionHash(r.Key(), v) != current {
 			return true
 		}
 	}
+	// The record's persisted hashes (filled in from the names in a record of an older
+	// release), where objects without a tag show.
 	ss, err := versions.ReadStorageState(ctx, m.cfg.Store, r.Key())
 	if err != nil || ss == nil || ss.ObservedRevision <= st.CheckedRevision {
 		return err != nil
 	}
-	for v, n := range ss.ObjectCounts {
-		if v != st.Target && n > 0 {
+	for _, h := range ss.PersistedStorageVersionHashes {
+		if v := ss.VersionOfHash(h); h != current && ss.ObjectCounts[v] > 0 {
 			return true
 		}
 	}

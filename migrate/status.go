@@ -156,6 +156,7 @@ func sameStatus(a, b *Status) bool {
 	x, y := *a, *b
 	for _, s := range []*Status{&x, &y} {
 		s.Updated, s.Revision, s.Conditions, s.ObjectsPerSecond, s.ETASeconds = time.Time{}, 0, nil, 0, 0
+		s.Progress = nil
 	}
 	bx, _ := json.Marshal(x)
 	by, _ := json.Marshal(y)

@@ -36,7 +36,11 @@ type KeyMigration struct {
 	// the default): only an operator's advance moves it.
 	Auto     bool
 	MinDwell time.Duration
-	Line     int // of the declaration, for messages
+	// AutoFinalize ("autoFinalize: true", auto only): the automatic walk also takes
+	// phase 5, which deletes the old keys and cannot be rolled back once it has. Off
+	// (the default), "advance: auto" stops in phase 4 and an operator's advance takes 5.
+	AutoFinalize bool
+	Line         int // of the declaration, for messages
 }
 
 // Sentinel errors of key migrations.
@@ -263,7 +267,8 @@ func (p *parser) keyMigrations(r *Resource, m map[string]*yaml.Node) error {
 			"then declare the next)", r.Key(), len(items))
 	}
 	for _, n := range items {
-		km, err := p.fields(n, "key migration", "name", "from", "to", "ops", "advance", "minDwell")
+		km, err := p.fields(n, "key migration", "name", "from", "to", "ops", "advance", "minDwell",
+			"autoFinalize")
 		if err != nil {
 			return err
 		}
@@ -303,7 +308,8 @@ func (p *parser) keyMigrations(r *Resource, m map[string]*yaml.Node) error {
 	return nil
 }
 
-// keyAdvance parses "advance: manual|auto" and "minDwell: DURATION" (auto only).
+// keyAdvance parses "advance: manual|auto", and "minDwell: DURATION" and
+// "autoFinalize: BOOL" (auto only).
 func (p *parser) keyAdvance(k *KeyMigration, km map[string]*yaml.Node, n *yaml.Node) error {
 	adv, al, err := p.str(km, "advance")
 	if err != nil {
@@ -315,6 +321,12 @@ func (p *parser) keyAdvance(k *KeyMigration, km map[string]*yaml.Node, n *yaml.N
 		k.Auto = true
 	default:
 		return p.errAt(lineOr(al, n), "key migration %s: advance %q: want manual or auto", k.Name, adv)
+	}
+	if k.AutoFinalize, err = p.boolean(km, "autoFinalize"); err != nil {
+		return err
+	}
+	if k.AutoFinalize && !k.Auto {
+		return p.errAt(km["autoFinalize"].Line, "key migration %s: autoFinalize is for advance: auto", k.Name)
 	}
 	dwell, dl, err := p.str(km, "minDwell")
 	if err != nil {

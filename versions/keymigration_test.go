@@ -63,8 +63,16 @@ func TestKeyMigrationParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, _ := s.KeyMigrationNamed("m"); !k.Auto || k.MinDwell != 90*time.Second {
-		t.Errorf("advance: auto, minDwell: 90s parsed as %+v", k)
+	if k, _ := s.KeyMigrationNamed("m"); !k.Auto || k.MinDwell != 90*time.Second || k.AutoFinalize {
+		t.Errorf("advance: auto, minDwell: 90s parsed as %+v (autoFinalize defaults to false)", k)
+	}
+	s, err = ParseSchema("s.yaml", []byte(strings.Replace(kmSchema, "%s",
+		"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        advance: auto\n        autoFinalize: true\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := s.KeyMigrationNamed("m"); !k.Auto || !k.AutoFinalize {
+		t.Errorf("advance: auto, autoFinalize: true parsed as %+v", k)
 	}
 }
 
@@ -85,6 +93,8 @@ func TestKeyMigrationBadDeclaration(t *testing.T) {
 			`:13: key migration m: advance "sometimes"`},
 		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        minDwell: 5m\n",
 			":13: key migration m: minDwell is for advance: auto"},
+		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        autoFinalize: true\n",
+			":13: key migration m: autoFinalize is for advance: auto"},
 		{"      - name: m\n        from: /registry/apps/widgets/\n        to: /n/\n        advance: auto\n        minDwell: soon\n",
 			`:14: key migration m: minDwell "soon"`},
 	} {

@@ -37,6 +37,8 @@ type Member struct {
 	// Decodable maps resource "group/name" to the versions the member's schema decodes,
 	// from its gossip metadata; nil when unknown.
 	Decodable map[string][]string
+	// Release is the member's release, from its gossip metadata ("" when unknown).
+	Release string
 }
 
 // Config configures a Manager.
@@ -121,6 +123,7 @@ type resourceState struct {
 	gated       bool
 	missing     []string
 	effective   string // version writes use; "" refuses writes (see effErr)
+	heldBack    string // why effective is not the preferred version ("" when it is)
 	effErr      error
 	undecodable error // stored objects this node cannot decode
 	lastErr     error // last registration failure
@@ -223,6 +226,18 @@ func (m *Manager) WriteEncoding(resource string) (string, error) {
 		return "", st.effErr
 	}
 	return st.effective, nil
+}
+
+// HeldBack says why writes of resource use an older version than the preferred one:
+// which member cannot decode it (node ID, release, decodable versions) and what to do;
+// "" when writes use the preferred version (or the resource is unknown).
+func (m *Manager) HeldBack(resource string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.mu.res[resource]; ok {
+		return st.heldBack
+	}
+	return ""
 }
 
 // ReadCheck returns an error when this node cannot serve reads of resource: stored
@@ -360,8 +375,10 @@ func (m *Manager) register(ctx context.Context, r *Resource, members []Member) e
 			return m.registerFailed(r, attempt, err)
 		}
 		effective, effErr := EffectiveEncoding(r, othersDecodable(sv, members, r.Key(), m.cfg.NodeID))
+		held := heldBackBy(r, effective, sv, members, m.cfg.NodeID)
 		m.mu.Lock()
 		st := m.stateLocked(r)
+		st.heldBack = held
 		if effErr != nil || (st.effective != "" && st.effective != effective && !r.Newer(effective, st.effective)) {
 			st.effective, st.effErr = effective, effErr
 		}
@@ -474,6 +491,45 @@ func othersDecodable(sv *StorageVersion, members []Member, resource, self string
 		}
 	}
 	return out
+}
+
+// heldBackBy names the members that keep r's writes in effective rather than the
+// preferred version: registered entries and alive members whose decodable versions
+// lack it. "" when effective is the preferred version.
+func heldBackBy(r *Resource, effective string, sv *StorageVersion, members []Member, self string) string {
+	if effective == "" || effective == r.Preferred {
+		return ""
+	}
+	release := func(id string) string {
+		for _, mb := range members {
+			if mb.ID == id && mb.Release != "" {
+				return mb.Release
+			}
+		}
+		return "unknown"
+	}
+	var who []string
+	seen := map[string]bool{self: true}
+	add := func(id string, decodable []string) {
+		if !seen[id] && !slices.Contains(decodable, r.Preferred) {
+			who = append(who, fmt.Sprintf("node %s (release %s, decodes %s)", id, release(id), strings.Join(decodable, ", ")))
+		}
+		seen[id] = true
+	}
+	for _, e := range sv.StorageVersions {
+		add(e.NodeID, e.DecodableVersions)
+	}
+	for _, mb := range members {
+		if d, ok := mb.Decodable[r.Key()]; ok && mb.Alive {
+			add(mb.ID, d)
+		}
+	}
+	if len(who) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s is written, not the preferred %s/%s, because %s cannot decode %s; upgrade that node to a "+
+		"release whose schema decodes %s, or remove it (keel remove-peer ID), and writes go back to %s",
+		r.Group, effective, r.Group, r.Preferred, strings.Join(who, " and "), r.Preferred, r.Preferred, r.Preferred)
 }
 
 func memberKnown(members []Member, id string) bool {

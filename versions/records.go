@@ -49,11 +49,20 @@ func storageStateAt(view *fsm.View, resource string) (*StorageState, error) {
 		return nil, err
 	}
 	if !found {
-		return &StorageState{Resource: resource, PersistedEncodingVersions: []string{VersionUnknown}}, nil
+		return &StorageState{Resource: resource, PersistedEncodingVersions: []string{VersionUnknown},
+			PersistedStorageVersionHashes: []string{VersionUnknown}}, nil
 	}
 	var ss StorageState
 	if err := json.Unmarshal(kv.Value, &ss); err != nil {
 		return nil, fmt.Errorf("decode storage state of %s: %w", resource, err)
+	}
+	if ss.Resource == "" {
+		ss.Resource = resource
+	}
+	// A record of a release before the hashes names the versions only: read it with
+	// the hashes the names give (the next heartbeat stores them).
+	if len(ss.PersistedStorageVersionHashes) != len(ss.PersistedEncodingVersions) || ss.CurrentStorageVersionHash == "" {
+		ss.fillHashes()
 	}
 	ss.Revision = kv.ModRevision
 	return &ss, nil

@@ -27,6 +27,9 @@ type ResourceReport struct {
 	// the resource.
 	WriteEncoding string `json:"writeEncoding,omitempty"`
 	WritesBlocked string `json:"writesBlocked,omitempty"`
+	// HeldBack says which member keeps writes in an older version than the preferred
+	// one, and what to do (Manager.HeldBack).
+	HeldBack string `json:"heldBack,omitempty"`
 	// StoredObjects counts the objects stored per version, exactly, at the report's
 	// revision: the state machine's encoding-tag counts, plus objects written without
 	// a tag when StorageState is Exact (the answering node, or the record, knows the
@@ -82,6 +85,7 @@ func BuildReport(ctx context.Context, store Store, m *Manager, nodeID string) (*
 			} else {
 				rr.WriteEncoding = enc
 			}
+			rr.HeldBack = m.HeldBack(name)
 		}
 		rep.Resources = append(rep.Resources, rr)
 	}

@@ -2,6 +2,8 @@ package versions
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +36,15 @@ const VersionUnknown = "Unknown"
 // is when it is safe to drop from the schema.
 type StorageState struct {
 	Resource string `json:"resource"`
+	// PersistedStorageVersionHashes are the KEP's: the storage version hash (the one
+	// the discovery document serves, StorageVersionHash) of every version some stored
+	// object is encoded in, plus CurrentStorageVersionHash; VersionUnknown stays
+	// "Unknown". PersistedEncodingVersions names the same versions in the same order,
+	// for people. Records of releases before the hashes have the names only; they are
+	// read with the hashes filled in (storageStateAt) and rewritten with them at the
+	// next heartbeat.
+	PersistedStorageVersionHashes []string `json:"persistedStorageVersionHashes"`
+	CurrentStorageVersionHash     string   `json:"currentStorageVersionHash,omitempty"`
 	// PersistedEncodingVersions lists every version some stored object is encoded in,
 	// plus CurrentEncodingVersion (objects may be written in it any moment).
 	PersistedEncodingVersions []string `json:"persistedEncodingVersions"`
@@ -100,7 +111,59 @@ func ComputeStorageState(view *fsm.View, r *Resource, common string) (*StorageSt
 	if len(set) == 0 {
 		ss.PersistedEncodingVersions = []string{}
 	}
+	ss.fillHashes()
 	return ss, nil
+}
+
+// StorageVersionHash is the storage version hash of resource "group/name" stored in
+// version v, as the discovery document (GET /apis) serves it: the first 8 bytes of the
+// SHA-256 of the encoding tag, in base64. VersionUnknown hashes to itself, as in the
+// KEP.
+func StorageVersionHash(resource, v string) string {
+	if v == VersionUnknown || v == "" {
+		return v
+	}
+	sum := sha256.Sum256([]byte(EncodingTag(resource, v)))
+	return base64.StdEncoding.EncodeToString(sum[:8])
+}
+
+// fillHashes sets the hashes from the version names (a computed state, or a record of
+// a release that stored names only).
+func (ss *StorageState) fillHashes() {
+	ss.PersistedStorageVersionHashes = make([]string, 0, len(ss.PersistedEncodingVersions))
+	for _, v := range ss.PersistedEncodingVersions {
+		ss.PersistedStorageVersionHashes = append(ss.PersistedStorageVersionHashes, StorageVersionHash(ss.Resource, v))
+	}
+	ss.CurrentStorageVersionHash = StorageVersionHash(ss.Resource, ss.CurrentEncodingVersion)
+}
+
+// VersionOfHash names the version whose hash is h among the persisted ones ("" when
+// none is).
+func (ss *StorageState) VersionOfHash(h string) string {
+	for i, x := range ss.PersistedStorageVersionHashes {
+		if x == h && i < len(ss.PersistedEncodingVersions) {
+			return ss.PersistedEncodingVersions[i]
+		}
+	}
+	return ""
+}
+
+// StaleHashes lists the persisted hashes other than the current one, as "HASH
+// (group/version)": what a migration has to rewrite. Empty when every stored object
+// is in the current version (the KEP's trigger does not fire).
+func (ss *StorageState) StaleHashes() []string {
+	group, _, _ := strings.Cut(ss.Resource, "/")
+	var out []string
+	for i, h := range ss.PersistedStorageVersionHashes {
+		if h == ss.CurrentStorageVersionHash || i >= len(ss.PersistedEncodingVersions) {
+			continue
+		}
+		if v := ss.PersistedEncodingVersions[i]; v != VersionUnknown && ss.ObjectCounts != nil && ss.ObjectCounts[v] == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%s/%s)", h, group, ss.PersistedEncodingVersions[i]))
+	}
+	return out
 }
 
 // compareVersions orders versions as r declares them, undeclared ones after, by name.

@@ -81,6 +81,8 @@ func fetchKeyMigrations(ctx context.Context, args []string) ([]api.KeyMigrationS
 func newKeyStepCmd(step string) *cobra.Command {
 	var to int
 	var by string
+	var wait bool
+	var waitFor time.Duration
 	cmd := &cobra.Command{
 		Use:  step + " NAME --to N",
 		Args: cobra.ExactArgs(1),
@@ -119,18 +121,84 @@ func newKeyStepCmd(step string) *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: phase %d (%s)\n", rec.Name, rec.Phase, phaseNames[rec.Phase])
+			if step != "advance" || !(wait || (!cmd.Flags().Changed("wait") && isTerminal(cmd.OutOrStdout()))) {
+				return nil
+			}
+			wctx, wcancel := context.WithTimeout(cmd.Context(), waitFor)
+			defer wcancel()
+			fetch := func(ctx context.Context) (*api.KeyMigrationStatus, error) { return c.KeyMigration(ctx, rec.Name) }
+			if err := waitPhaseApplied(wctx, fetch, rec.Phase, 200*time.Millisecond); err != nil {
+				return fmt.Errorf("keymigrate advance: phase %d taken, but not yet applied by every member after %v: %w",
+					rec.Phase, waitFor, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: every member applies phase %d\n", rec.Name, rec.Phase)
 			return nil
 		},
 	}
 	if step == "advance" {
 		cmd.Short = "Move a key migration one phase forward (refused, exit status 1, unless the cluster agrees)"
 		cmd.Flags().IntVar(&to, "to", 0, "the target phase: must be the next one")
+		cmd.Flags().BoolVar(&wait, "wait", false, "after the step, wait until every member applies the new phase, "+
+			"so the next advance is not refused (default: on when stdout is a terminal)")
+		cmd.Flags().DurationVar(&waitFor, "wait-timeout", time.Minute, "how long --wait waits at most")
 	} else {
 		cmd.Short = "Move a key migration back to phase N (from 4 after copying the new keys back)"
 		cmd.Flags().IntVar(&to, "to", 0, "the phase to go back to (required)")
 	}
 	cmd.Flags().StringVar(&by, "by", "", "who asks, recorded with the transition (default USER@HOST)")
 	return cmd
+}
+
+// waitPhaseApplied polls the status until every member applies phase (each node ok in
+// it), or ctx ends: then the error names who still lags.
+func waitPhaseApplied(ctx context.Context, fetch func(context.Context) (*api.KeyMigrationStatus, error), phase int,
+	poll time.Duration) error {
+	why := "no answer yet"
+	for {
+		st, err := fetch(ctx)
+		switch {
+		case err != nil:
+			why = err.Error()
+		case st.Phase != phase:
+			return fmt.Errorf("the phase moved on to %d meanwhile", st.Phase)
+		default:
+			if why = phaseLaggards(st); why == "" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s", why)
+		case <-time.After(poll):
+		}
+	}
+}
+
+// phaseLaggards says which members do not apply st.Phase yet ("" = none does not).
+func phaseLaggards(st *api.KeyMigrationStatus) string {
+	if len(st.Nodes) == 0 {
+		return "no member's phase is known"
+	}
+	var lag []string
+	for _, n := range st.Nodes {
+		if n.Status != "ok" || n.Phase != st.Phase {
+			lag = append(lag, fmt.Sprintf("%s %s (phase %d)", n.NodeID, n.Status, n.Phase))
+		}
+	}
+	if len(lag) == 0 {
+		return ""
+	}
+	return "waiting for " + strings.Join(lag, ", ")
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // whoAmI is USER@HOST, for the transition record.
@@ -155,7 +223,7 @@ func printKeyMigration(w io.Writer, st *api.KeyMigrationStatus) {
 			wk.Total, wk.Written, wk.Skipped)
 		if wk.State == "Running" {
 			if wk.KeysPerSecond > 0 {
-				fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond))
+				fmt.Fprintf(w, ", %.0f keys/s, ETA %s", wk.KeysPerSecond, eta(wk.ETASeconds, wk.KeysPerSecond, wk.Updated))
 			}
 		} else {
 			fmt.Fprintf(w, ", %d left (exact)", wk.Left)
@@ -208,7 +276,7 @@ func keyProgressLine(st *api.KeyMigrationStatus, width int) string {
 	line += fmt.Sprintf(" %s [%s%s] %3.0f%% %s/%s", wk.Kind, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill),
 		frac*100, human(min(done, total)), human(total))
 	if wk.State == "Running" {
-		line += fmt.Sprintf(" %s/s ETA %s", human(int64(wk.KeysPerSecond)), eta(wk.ETASeconds, wk.KeysPerSecond))
+		line += " " + rateETA(wk.KeysPerSecond, wk.ETASeconds, wk.Updated)
 	} else {
 		line += " " + wk.State
 	}

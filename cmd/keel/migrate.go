@@ -240,7 +240,7 @@ func progressLine(m *api.MigrationStatus, width int) string {
 	line := fmt.Sprintf("%-18s %s %3.0f%% %s/%s", name, bar, frac*100, human(min(done, total)), human(total))
 	switch m.State {
 	case migrate.StateRunning:
-		line += fmt.Sprintf(" %s/s ETA %s", human(int64(m.ObjectsPerSecond)), eta(m.ETASeconds, m.ObjectsPerSecond))
+		line += " " + rateETA(m.ObjectsPerSecond, m.ETASeconds, m.Updated)
 	case migrate.StateBlocked:
 		line += fmt.Sprintf(" Blocked: %d poison", len(m.Poison))
 	default:
@@ -271,11 +271,24 @@ func human(n int64) string {
 	return fmt.Sprintf("%dM", n/1_000_000)
 }
 
-func eta(seconds, rate float64) string {
+// rateETA is "512/s ETA 11s": the rate the record measured over the last seconds and
+// its ETA less the time since the record was written; "rate ?" until a rate is known.
+func rateETA(rate, etaSeconds float64, updated time.Time) string {
+	if rate <= 0 {
+		return "rate ?"
+	}
+	return fmt.Sprintf("%s/s ETA %s", human(int64(rate)), eta(etaSeconds, rate, updated))
+}
+
+// eta is the time the record written at updated said is left, less the time since.
+func eta(seconds, rate float64, updated time.Time) string {
 	if rate <= 0 {
 		return "?"
 	}
-	d := time.Duration(seconds * float64(time.Second)).Round(time.Second)
+	if !updated.IsZero() {
+		seconds -= max(time.Since(updated).Seconds(), 0)
+	}
+	d := time.Duration(max(seconds, 0) * float64(time.Second)).Round(time.Second)
 	if d >= time.Hour {
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 	}
@@ -294,7 +307,7 @@ func describeMigration(m *api.MigrationStatus) string {
 		fmt.Fprintf(&b, ": pass %d scanned %d of %d, %d rewritten, %d skipped (changed by clients), %s left",
 			m.Pass, m.PassScanned, m.Total, m.Migrated, m.Skipped, objects(m.RemainingTotal()))
 		if m.State == migrate.StateRunning && m.ObjectsPerSecond > 0 {
-			fmt.Fprintf(&b, ", %.0f objects/s, about %s to go", m.ObjectsPerSecond, eta(m.ETASeconds, m.ObjectsPerSecond))
+			fmt.Fprintf(&b, ", %.0f objects/s, about %s to go", m.ObjectsPerSecond, eta(m.ETASeconds, m.ObjectsPerSecond, m.Updated))
 		}
 	case migrate.StateSucceeded:
 		fmt.Fprintf(&b, ": every stored object is in %s", m.Target)
@@ -309,6 +322,9 @@ func describeMigration(m *api.MigrationStatus) string {
 	}
 	if m.Message != "" && m.State != migrate.StateSucceeded {
 		fmt.Fprintf(&b, " (%s)", m.Message)
+	}
+	if m.Reason != "" && (m.State == migrate.StateRunning || m.State == migrate.StateAborted) {
+		fmt.Fprintf(&b, "; started: %s", m.Reason)
 	}
 	return b.String()
 }

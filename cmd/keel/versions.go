@@ -108,6 +108,9 @@ func printVersions(w io.Writer, rep *versions.Report, migs []migrate.Status, now
 		case rr.WriteEncoding != "":
 			fmt.Fprintf(w, "  node %s writes %s\n", rep.NodeID, rr.WriteEncoding)
 		}
+		if rr.HeldBack != "" {
+			fmt.Fprintf(w, "  held back: %s\n", rr.HeldBack)
+		}
 		for _, m := range migs {
 			if m.Resource == rr.Resource {
 				fmt.Fprintf(w, "  migration: %s\n", describeMigration(&m))

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/internal/buildinfo"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/membership"
@@ -35,11 +36,13 @@ func (a *Agent) registerKeyMigrationRoutes() {
 	a.server.Handle("POST "+api.PathKeyMigrations+"/{name}/rollback", http.HandlerFunc(a.handleKeyTransition))
 }
 
-// keyMembers is every member as gossip shows it (left members aside), nil without
-// gossip: then no member's support is known and every advance is refused.
+// keyMembers is every member as gossip shows it (left members aside). Without gossip
+// a one-member cluster's only member is this node, whose support and phase it knows
+// itself; a larger cluster without gossip gets nil: no member's support is known and
+// every advance is refused (the message says to turn gossip on).
 func (a *Agent) keyMembers() []migrate.KeyMember {
 	if a.gossip == nil {
-		return nil
+		return a.soleKeyMember()
 	}
 	out := []migrate.KeyMember{}
 	for _, m := range a.gossip.ml.Members() {
@@ -50,6 +53,17 @@ func (a *Agent) keyMembers() []migrate.KeyMember {
 			Phases: m.Meta.KeyMigrations})
 	}
 	return out
+}
+
+// soleKeyMember is this node as the only member, when the Raft configuration holds
+// no other server (voter or not): `make run`'s one node without gossip.
+func (a *Agent) soleKeyMember() []migrate.KeyMember {
+	ms := a.node.Status().Members
+	if len(ms) != 1 || ms[0].ID != a.cfg.NodeID {
+		return nil
+	}
+	return []migrate.KeyMember{{ID: a.cfg.NodeID, Release: buildinfo.Version(), Known: true, Alive: true,
+		Phases: a.localKeyPhases()}}
 }
 
 // keyMigrationStatus builds the status of k from view.

@@ -73,7 +73,7 @@ func (a *Agent) versionMembers() []versions.Member {
 	out := make([]versions.Member, 0, len(ms))
 	for _, m := range ms {
 		vm := versions.Member{ID: m.ID(), Incarnation: m.Meta.Incarnation, Alive: !m.Gone(),
-			Left: m.Status == membership.StatusLeft}
+			Left: m.Status == membership.StatusLeft, Release: m.Meta.Release}
 		if m.Gone() {
 			vm.Since = m.LastChange
 		}

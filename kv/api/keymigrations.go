@@ -86,6 +86,11 @@ type KeyWork struct {
 	Finished         time.Time `json:"finished,omitzero"`
 	Revision         int64     `json:"-"`
 	DeletionsStarted bool      `json:"deletionsStarted,omitempty"`
+
+	// Progress holds the checkpoints KeysPerSecond is measured over (keys scanned at
+	// each time, the last few seconds of them): a rate of wall-clock time, not of one
+	// chunk's burst. ETASeconds is the time the pass needs at that rate, as of Updated.
+	Progress []ProgressSample `json:"progress,omitempty"`
 }
 
 // KeyMigrationNode is what one member announces about a key migration.

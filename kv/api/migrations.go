@@ -109,11 +109,18 @@ type MigrationStatus struct {
 	Remaining map[string]int64 `json:"remaining,omitempty"`
 	// Total is the number of the resource's objects when the pass began.
 	Total int64 `json:"total"`
-	// ObjectsPerSecond is the recent scan rate; ETASeconds the time the pass needs at
-	// that rate to scan the rest (both 0 unless Running).
+	// ObjectsPerSecond is the scan rate over the last seconds of wall-clock time (from
+	// Progress); ETASeconds the time the pass needs at that rate to scan the rest, as of
+	// Updated (both 0 unless Running, and while less than a second was measured).
 	ObjectsPerSecond float64 `json:"objectsPerSecond,omitempty"`
 	ETASeconds       float64 `json:"etaSeconds,omitempty"`
-	DryRun           bool    `json:"dryRun,omitempty"`
+	// Progress holds the checkpoints the rate is measured over: objects scanned (all
+	// passes) at each time, the last few seconds of them.
+	Progress []ProgressSample `json:"progress,omitempty"`
+	// Reason says why the migration started, e.g. "storage version hash changed from
+	// X (apps/v1) to Y (apps/v2)".
+	Reason string `json:"reason,omitempty"`
+	DryRun bool   `json:"dryRun,omitempty"`
 	// Requested: an operator asked for a migration now (POST); the leader starts or
 	// resumes it even when automatic migrations are off.
 	Requested  bool                 `json:"requested,omitempty"`
@@ -124,6 +131,13 @@ type MigrationStatus struct {
 	Finished   time.Time            `json:"finished,omitzero"`
 	// Revision is the record's mod revision (set on read; the CAS precondition).
 	Revision int64 `json:"-"`
+}
+
+// ProgressSample is one checkpoint of a migration's work: Done objects (or keys) were
+// handled by time At.
+type ProgressSample struct {
+	At   time.Time `json:"at"`
+	Done int64     `json:"done"`
 }
 
 // RemainingTotal is the number of stored objects not yet in the target version.
