@@ -120,7 +120,7 @@ type door interface {
 // for each right a token that lacks it but holds every other right it can.
 type rightsFixture struct {
 	srv     *Server
-	store   *lessorStore
+	store   *kvtest.LeadingStore
 	addr    string
 	mgmt    string // the bootstrap token: every right
 	lease   int64
@@ -145,7 +145,7 @@ var rightsPolicies = map[rightNeeded]api.ACLPolicy{
 // follows the records as on a node) and sets up the fixture over HTTP.
 func newRightsFixture(t *testing.T) *rightsFixture {
 	t.Helper()
-	st := &lessorStore{LocalStore: kvtest.New()}
+	st := kvtest.NewLeading()
 	srv, err := NewServer(DefaultConfig(), st, nil)
 	if err != nil {
 		t.Fatal(err)

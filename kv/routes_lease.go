@@ -12,6 +12,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/lease"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -151,7 +152,7 @@ func (s *Server) keepAliveLease(ctx context.Context, id int64) (time.Duration, e
 	if err != nil {
 		return 0, err
 	}
-	left, err := callLeader(ctx, lc, leaderCallKeepAlive, id)
+	left, err := lease.KeepAlive(ctx, lc, id)
 	if err != nil {
 		return 0, fmt.Errorf("lease keepalive: %w", err)
 	}
@@ -206,8 +207,8 @@ func (s *Server) handleLeaseRevoke(w http.ResponseWriter, r *http.Request) error
 }
 
 // leaderCaller returns the store's leader calls, or a 503 if it has none.
-func (s *Server) leaderCaller() (LeaderCaller, error) {
-	lc, ok := s.store.(LeaderCaller)
+func (s *Server) leaderCaller() (lease.LeaderCaller, error) {
+	lc, ok := s.store.(lease.LeaderCaller)
 	if !ok {
 		return nil, fmt.Errorf("%w: this store serves no lease keepalives", ErrNotReady)
 	}
@@ -280,8 +281,8 @@ func (s *Server) leaseTimeToLive(ctx context.Context, id int64) (api.LeaseRespon
 }
 
 // leaseRemaining asks the leader how long lease id has left.
-func (s *Server) leaseRemaining(ctx context.Context, lc LeaderCaller, id int64) (time.Duration, error) {
-	left, err := callLeader(ctx, lc, leaderCallRemaining, id)
+func (s *Server) leaseRemaining(ctx context.Context, lc lease.LeaderCaller, id int64) (time.Duration, error) {
+	left, err := lease.Remaining(ctx, lc, id)
 	if err != nil {
 		return 0, fmt.Errorf("lease %d: time left: %w", id, err)
 	}

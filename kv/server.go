@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/keel-kv/keel/kv/lease"
 	"golang.org/x/net/http2"
 	//lint:ignore SA1019 http.Server.Protocols peeks for the preface before HTTP/1 parsing (see Serve)
 	"golang.org/x/net/http2/h2c"
@@ -77,9 +79,9 @@ type Server struct {
 	routesMu sync.Mutex
 	patterns []string
 
-	// lessor keeps lease deadlines while this node leads (lessor.go); its loop runs
+	// lessor keeps lease deadlines while this node leads (kv/lease); its loop runs
 	// from Serve to Shutdown.
-	lessor *lessor
+	lessor *lease.Lessor
 }
 
 // readyCheck is an extra condition of /readyz added by the node that embeds the server.
@@ -101,9 +103,9 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, lim: cfg.limits(), store: store, log: logger, mux: http.NewServeMux(),
 		watchStop: make(chan struct{})}
-	s.lessor = newLessor(store, logger.Named("lessor"))
-	if lc, ok := store.(LeaderCaller); ok {
-		lc.SetLeaderHandler(s.lessor.handleLeaderCall)
+	s.lessor = lease.New(store, logger.Named("lessor"))
+	if lc, ok := store.(lease.LeaderCaller); ok {
+		lc.SetLeaderHandler(s.lessor.HandleLeaderCall)
 	}
 	s.routes()
 	// The chain, outside in: access log, client certificate, in-flight limit, routes.
@@ -156,7 +158,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ConnContext:       tlsConnContext,
 	}
 	s.http.srv = srv
-	s.lessor.start()
+	s.lessor.Start()
 	s.aclDone = make(chan struct{})
 	go func() {
 		defer close(s.aclDone)
@@ -187,7 +189,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.http.Unlock()
 	s.stopOnce.Do(func() {
 		close(s.watchStop)
-		s.lessor.stop()
+		s.lessor.Stop()
 	})
 	if aclDone != nil {
 		<-aclDone

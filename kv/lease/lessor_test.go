@@ -1,4 +1,4 @@
-package kv
+package lease
 
 import (
 	"context"
@@ -12,29 +12,18 @@ import (
 	"github.com/keel-kv/keel/raft"
 )
 
-// lessorStore is a LocalStore that leads and serves leader calls itself.
-type lessorStore struct {
-	*kvtest.LocalStore
-	h raft.LeaderHandler
-}
+// lessorStore is a store that leads and serves leader calls itself.
+type lessorStore = kvtest.LeadingStore
 
-func (s *lessorStore) CallLeader(ctx context.Context, body []byte) ([]byte, error) {
-	return s.h(ctx, body)
-}
-func (s *lessorStore) SetLeaderHandler(h raft.LeaderHandler) { s.h = h }
-func (s *lessorStore) ApplyLeader(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
-	return s.Apply(ctx, cmd)
-}
-
-func newLessorFixture(t *testing.T) (*lessorStore, *lessor) {
+func newLessorFixture(t *testing.T) (*lessorStore, *Lessor) {
 	t.Helper()
-	st := &lessorStore{LocalStore: kvtest.New()}
-	l := newLessor(st, hclog.NewNullLogger())
-	st.SetLeaderHandler(l.handleLeaderCall)
+	st := kvtest.NewLeading()
+	l := New(st, hclog.NewNullLogger())
+	st.SetLeaderHandler(l.HandleLeaderCall)
 	return st, l
 }
 
-func mustApplyCmd(t *testing.T, s Store, cmd *fsm.Command) *fsm.Result {
+func mustApplyCmd(t *testing.T, s *lessorStore, cmd *fsm.Command) *fsm.Result {
 	t.Helper()
 	res, err := s.Apply(context.Background(), cmd)
 	if err != nil || res.Err != nil {
@@ -145,7 +134,7 @@ func TestLessorObservesChangesOnly(t *testing.T) {
 	if l.mu.scans != scans {
 		t.Fatal("the lessor walked every lease again to see three changes")
 	}
-	fresh := newLessor(st, hclog.NewNullLogger())
+	fresh := New(st, hclog.NewNullLogger())
 	fresh.observe(st.FSM().View(), t1)
 	if len(l.mu.seen) != 3 || len(fresh.mu.seen) != 3 {
 		t.Fatalf("seen %v, a fresh lessor %v: want leases 1, 3, 4", l.mu.seen, fresh.mu.seen)

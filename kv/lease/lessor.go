@@ -1,4 +1,4 @@
-package kv
+package lease
 
 import (
 	"context"
@@ -13,6 +13,13 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/raft"
 )
+
+// Store is what the lessor reads: the node's views and its raft state (*raft.Node
+// satisfies it, as does kv's Store).
+type Store interface {
+	View(ctx context.Context, c fsm.Consistency) (*fsm.View, error)
+	Status() raft.Status
+}
 
 // LeaderCaller is what leases need beyond Store: keepalives are served by the leader,
 // which keeps the deadlines, and the leader's expiry and checkpoint commands are never
@@ -47,12 +54,12 @@ type seenCheckpoint struct {
 
 func (c seenCheckpoint) floor() time.Time { return c.at.Add(c.remaining) }
 
-// lessor runs on every node: it notes when each lease checkpoint was applied here and,
+// Lessor runs on every node: it notes when each lease checkpoint was applied here and,
 // while the node leads, keeps the deadlines in memory, serves keepalives, writes the
 // periodic checkpoint and revokes expired leases through Raft. Its goroutine runs from
 // start to stop; keepalives run on the callers' goroutines, and renewals that need a
 // Raft entry are batched by one goroutine at a time (renewLoop).
-type lessor struct {
+type Lessor struct {
 	store Store
 	lc    LeaderCaller // nil: the lessor only observes
 	log   hclog.Logger
@@ -90,22 +97,23 @@ type renewal struct {
 	done chan error
 }
 
-func newLessor(store Store, log hclog.Logger) *lessor {
-	l := &lessor{store: store, log: log}
+// New returns the lessor of a node over store; it observes until Start.
+func New(store Store, log hclog.Logger) *Lessor {
+	l := &Lessor{store: store, log: log}
 	l.lc, _ = store.(LeaderCaller)
 	l.mu.seen = make(map[int64]seenCheckpoint)
 	return l
 }
 
-// start runs the lessor's loop until stop.
-func (l *lessor) start() {
+// Start runs the lessor's loop until Stop.
+func (l *Lessor) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel, l.done = cancel, make(chan struct{})
 	go l.run(ctx)
 }
 
-// stop ends the loop and waits for it; safe on a lessor never started.
-func (l *lessor) stop() {
+// Stop ends the loop and waits for it; safe on a lessor never started.
+func (l *Lessor) Stop() {
 	if l.cancel == nil {
 		return
 	}
@@ -113,7 +121,7 @@ func (l *lessor) stop() {
 	<-l.done
 }
 
-func (l *lessor) run(ctx context.Context) {
+func (l *Lessor) run(ctx context.Context) {
 	defer close(l.done)
 	tick := time.NewTicker(lessorPoll)
 	defer tick.Stop()
@@ -150,7 +158,7 @@ func (l *lessor) run(ctx context.Context) {
 // leases are those last observed (fsm.View.LeaseGen; an older view too) costs nothing,
 // and a newer one costs the leases changed since (fsm.View.LeaseChangesSince); only
 // the first view, or one after a restore, is walked whole.
-func (l *lessor) observe(v *fsm.View, now time.Time) {
+func (l *Lessor) observe(v *fsm.View, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gen := v.LeaseGen()
@@ -185,7 +193,7 @@ func (l *lessor) observe(v *fsm.View, now time.Time) {
 }
 
 // noteLocked records lease ls as found by observe pass scan at now.
-func (l *lessor) noteLocked(ls fsm.Lease, now time.Time, scan uint64) {
+func (l *Lessor) noteLocked(ls fsm.Lease, now time.Time, scan uint64) {
 	c, ok := l.mu.seen[ls.ID]
 	if !ok || c.index != ls.CheckpointIndex {
 		c = seenCheckpoint{index: ls.CheckpointIndex, at: now, remaining: time.Duration(ls.Remaining) * time.Millisecond,
@@ -201,7 +209,7 @@ func (l *lessor) noteLocked(ls fsm.Lease, now time.Time, scan uint64) {
 }
 
 // forgetLocked drops a lease that no longer exists.
-func (l *lessor) forgetLocked(id int64) {
+func (l *Lessor) forgetLocked(id int64) {
 	delete(l.mu.seen, id)
 	if l.mu.deadlines != nil {
 		delete(l.mu.deadlines, id)
@@ -210,7 +218,7 @@ func (l *lessor) forgetLocked(id int64) {
 	}
 }
 
-func (l *lessor) leading(term uint64) bool {
+func (l *Lessor) leading(term uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mu.term == term && l.mu.deadlines != nil
@@ -220,7 +228,7 @@ func (l *lessor) leading(term uint64) bool {
 // (a linearizable view waits for the term's barrier), each lease's deadline starts at
 // the floor of its last checkpoint — when this node saw it plus its Remaining — never
 // at the full TTL.
-func (l *lessor) takeOver(ctx context.Context, term uint64) bool {
+func (l *Lessor) takeOver(ctx context.Context, term uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*lessorPoll)
 	defer cancel()
 	v, err := l.store.View(ctx, fsm.Linearizable)
@@ -243,7 +251,7 @@ func (l *lessor) takeOver(ctx context.Context, term uint64) bool {
 
 // abdicate drops the leader's deadlines; waiting renewals fail (their clients retry on
 // the new leader).
-func (l *lessor) abdicate() {
+func (l *Lessor) abdicate() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.term, l.mu.deadlines, l.mu.dirty, l.mu.promised = 0, nil, nil, nil
@@ -251,7 +259,7 @@ func (l *lessor) abdicate() {
 }
 
 // setDeadlineLocked starts lease id's deadline at d (the leader's).
-func (l *lessor) setDeadlineLocked(id int64, d time.Time) {
+func (l *Lessor) setDeadlineLocked(id int64, d time.Time) {
 	l.mu.deadlines[id] = d
 	if l.mu.nextExpiry.IsZero() || d.Before(l.mu.nextExpiry) {
 		l.mu.nextExpiry = d
@@ -259,7 +267,7 @@ func (l *lessor) setDeadlineLocked(id int64, d time.Time) {
 }
 
 // expire revokes, in one command, every lease whose deadline has passed.
-func (l *lessor) expire(ctx context.Context) {
+func (l *Lessor) expire(ctx context.Context) {
 	now := time.Now()
 	l.mu.Lock()
 	if now.Before(l.mu.nextExpiry) {
@@ -302,7 +310,7 @@ func (l *lessor) expire(ctx context.Context) {
 
 // checkpoint writes the moved deadlines of all leases in one command. It reports
 // whether nothing was left to write.
-func (l *lessor) checkpoint(ctx context.Context) bool {
+func (l *Lessor) checkpoint(ctx context.Context) bool {
 	l.mu.Lock()
 	ids := make([]int64, 0, len(l.mu.dirty))
 	for id := range l.mu.dirty {
@@ -334,7 +342,7 @@ func (l *lessor) checkpoint(ctx context.Context) bool {
 // millisecond: a successor's deadline (when it saw the entry, which is after now, plus
 // the remaining) is never before this leader's. Once applied, those deadlines are
 // promised.
-func (l *lessor) writeRemaining(ctx context.Context, ids []int64) error {
+func (l *Lessor) writeRemaining(ctx context.Context, ids []int64) error {
 	now := time.Now()
 	l.mu.Lock()
 	cps := make([]fsm.LeaseCheckpoint, 0, len(ids))
@@ -374,7 +382,7 @@ func (l *lessor) writeRemaining(ctx context.Context, ids []int64) error {
 // guaranteed to live from now, whatever leader changes come (its promised deadline).
 // Without a Raft entry when the promise is at least TTL/2 away; otherwise after a
 // renewal entry, batched with the others waiting, and then the promise is the full TTL.
-func (l *lessor) keepAlive(ctx context.Context, id int64) (time.Duration, error) {
+func (l *Lessor) keepAlive(ctx context.Context, id int64) (time.Duration, error) {
 	now := time.Now()
 	l.mu.Lock()
 	if l.mu.deadlines == nil {
@@ -426,7 +434,7 @@ func (l *lessor) keepAlive(ctx context.Context, id int64) (time.Duration, error)
 
 // renewLoop writes the waiting renewals, all in one entry, until none wait: while one
 // entry is in flight the next batch gathers (group commit).
-func (l *lessor) renewLoop() {
+func (l *Lessor) renewLoop() {
 	for {
 		l.mu.Lock()
 		batch := l.mu.pending
@@ -451,7 +459,7 @@ func (l *lessor) renewLoop() {
 }
 
 // remaining is the time lease id has left on the leader.
-func (l *lessor) remaining(ctx context.Context, id int64) (time.Duration, error) {
+func (l *Lessor) remaining(ctx context.Context, id int64) (time.Duration, error) {
 	for try := 0; ; try++ {
 		l.mu.Lock()
 		if l.mu.deadlines == nil {
@@ -482,13 +490,15 @@ const (
 	leaderCallRemaining byte = 2
 )
 
-func (l *lessor) handleLeaderCall(ctx context.Context, body []byte) ([]byte, error) {
+// HandleLeaderCall answers another node's KeepAlive or Remaining on the leader; the
+// node installs it with LeaderCaller.SetLeaderHandler.
+func (l *Lessor) HandleLeaderCall(ctx context.Context, body []byte) ([]byte, error) {
 	if len(body) < 2 {
-		return nil, errors.New("kv: bad leader call")
+		return nil, errors.New("lease: bad leader call")
 	}
 	id, n := binary.Varint(body[1:])
 	if n <= 0 {
-		return nil, errors.New("kv: bad leader call")
+		return nil, errors.New("lease: bad leader call")
 	}
 	var left time.Duration
 	var err error
@@ -498,7 +508,7 @@ func (l *lessor) handleLeaderCall(ctx context.Context, body []byte) ([]byte, err
 	case leaderCallRemaining:
 		left, err = l.remaining(ctx, id)
 	default:
-		return nil, fmt.Errorf("kv: unknown leader call %d", body[0])
+		return nil, fmt.Errorf("lease: unknown leader call %d", body[0])
 	}
 	if errors.Is(err, fsm.ErrLeaseNotFound) {
 		return []byte{1}, nil
@@ -507,6 +517,16 @@ func (l *lessor) handleLeaderCall(ctx context.Context, body []byte) ([]byte, err
 		return nil, err
 	}
 	return binary.AppendVarint([]byte{0}, left.Milliseconds()), nil
+}
+
+// KeepAlive renews lease id at the leader's lessor and returns the time it has left.
+func KeepAlive(ctx context.Context, lc LeaderCaller, id int64) (time.Duration, error) {
+	return callLeader(ctx, lc, leaderCallKeepAlive, id)
+}
+
+// Remaining asks the leader's lessor how long lease id has left.
+func Remaining(ctx context.Context, lc LeaderCaller, id int64) (time.Duration, error) {
+	return callLeader(ctx, lc, leaderCallRemaining, id)
 }
 
 // callLeader asks the leader's lessor about lease id.
@@ -519,11 +539,11 @@ func callLeader(ctx context.Context, lc LeaderCaller, kind byte, id int64) (time
 		return 0, fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
 	}
 	if len(resp) < 2 || resp[0] != 0 {
-		return 0, errors.New("kv: bad leader call answer")
+		return 0, errors.New("lease: bad leader call answer")
 	}
 	ms, n := binary.Varint(resp[1:])
 	if n <= 0 {
-		return 0, errors.New("kv: bad leader call answer")
+		return 0, errors.New("lease: bad leader call answer")
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
