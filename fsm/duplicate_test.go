@@ -98,6 +98,8 @@ func TestCheckDuplicateKeysNested(t *testing.T) {
 		{"put, delete out of range", []Op{putReq, delOut}, false, false, false},
 		{"nested delete seen first", []Op{txnDel, txnPut}, true, true, false},
 		{"nested put seen first (etcd lets it through)", []Op{txnPut, txnDel}, false, false, false},
+		{"one nested txn: put in Success, delete in Failure", []Op{tx([]Op{putReq}, []Op{delIn})}, false, false, false},
+		{"one nested txn: delete in Success, put in Failure", []Op{tx([]Op{delKey}, []Op{putReq})}, false, false, false},
 		{"doubly nested put, put", []Op{tx([]Op{txnPut}, nil), putReq}, true, true, false},
 		{"doubly nested, failure branch", []Op{tx(nil, []Op{txnPut}), delIn}, true, true, true},
 		{"put inside a delete to the end", []Op{delFrom, putReq}, true, false, false},

@@ -305,9 +305,11 @@ func validateOpFields(op Op) error {
 	return op.Range.validate()
 }
 
-// compareLocked evaluates one guard against the latest state, as etcd's applyCompare:
-// every key of a range must satisfy it; a range without keys compares as an absent
-// key; a value comparison against no key is false whatever the relation.
+// compareLocked evaluates one guard as etcd's applyCompare: every key of a range must
+// satisfy it; a range without keys compares as an absent key; a value comparison
+// against no key is false whatever the relation. It reads at s.cur.revision, the state
+// before the running transaction's writes (they get revision+1), as etcd reads its
+// compares from the view the transaction started from.
 func (s *Store) compareLocked(c Compare) bool {
 	found, holds := false, true
 	visitLive(s.cur.tree, c.Key, c.End, s.cur.revision, func(e *entry, v *version) bool {
