@@ -17,18 +17,23 @@ import (
 // Command formats. EncodeCommand writes the oldest format that can hold the command:
 // V1 unless some op carries an encoding tag, which needs V2 (V1 plus the tag after each
 // op), or the command deals with leases, which needs V3 (V2 plus a lease ID after each
-// op, and the lease command types; see lease_codec.go). The range of formats a node can apply is reported in membership metadata, and
+// op, and the lease command types; see lease_codec.go), or the transaction uses what
+// etcd's KV API adds (nested transactions, compares over a range or of a lease, the
+// Op fields PrevKV, IgnoreValue, IgnoreLease, Range and Txn), which needs V4 (V3 plus a
+// range end after each compare and an option block after each op; see codec_v4.go).
+// The range of formats a node can apply is reported in membership metadata, and
 // raft.Node refuses to propose a format that some voter cannot apply.
 const (
 	CommandFormatV1 byte = 1
 	CommandFormatV2 byte = 2
 	CommandFormatV3 byte = 3
+	CommandFormatV4 byte = 4
 )
 
 // MinCommandFormat and MaxCommandFormat bound the formats DecodeCommand accepts.
 const (
 	MinCommandFormat = CommandFormatV1
-	MaxCommandFormat = CommandFormatV3
+	MaxCommandFormat = CommandFormatV4
 )
 
 // commandFormat is the format EncodeCommand uses for cmd.
@@ -36,30 +41,47 @@ func commandFormat(cmd *Command) byte {
 	if isLeaseCommand(cmd.Type) {
 		return CommandFormatV3
 	}
-	f := CommandFormatV1
 	if cmd.Type == CmdTxn && cmd.Txn != nil {
-		for _, ops := range [][]Op{cmd.Txn.Success, cmd.Txn.Failure} {
-			for _, op := range ops {
-				if op.Lease != 0 {
-					return CommandFormatV3
-				}
-				if op.Encoding != "" {
-					f = CommandFormatV2
-				}
+		return txnFormat(cmd.Txn)
+	}
+	return CommandFormatV1
+}
+
+// txnFormat is the oldest format that holds t and its nested transactions.
+func txnFormat(t *Txn) byte {
+	f := CommandFormatV1
+	for _, c := range t.Compares {
+		if c.End != nil || c.Target == TargetLease {
+			return CommandFormatV4
+		}
+	}
+	for _, ops := range [][]Op{t.Success, t.Failure} {
+		for _, op := range ops {
+			switch {
+			case opNeedsV4(op):
+				return CommandFormatV4
+			case op.Lease != 0:
+				f = CommandFormatV3
+			case op.Encoding != "":
+				f = max(f, CommandFormatV2)
 			}
 		}
 	}
 	return f
 }
 
-// Result formats: V2 adds each KeyValue's encoding tag, V3 its lease. EncodeResult
-// writes V1 unless a KeyValue carries a tag, so a node of an older release can decode
-// untagged results; it never writes V3, which only EncodeResultWithLeases does, for a
-// node that said it decodes it.
+// Result formats: V2 adds each KeyValue's encoding tag, V3 its lease, V4 (V3 plus
+// OpResponse.PrevKVs, Count and nested Txn results) what answers to format-4 commands
+// hold. EncodeResult writes V1 unless a KeyValue carries a tag, so a node of an older
+// release can decode untagged results; it never writes V3, which only
+// EncodeResultWithLeases does, for a node that said it decodes it. Either writes V4,
+// leases included, for a result that needs it: only a format-4 command yields one, and
+// a node that proposed one decodes V4.
 const (
 	resultFormatV1 byte = 1
 	resultFormatV2 byte = 2
 	resultFormatV3 byte = 3
+	resultFormatV4 byte = 4
 )
 
 // EncodeCommand encodes cmd for the Raft log.
@@ -75,16 +97,7 @@ func EncodeCommand(cmd *Command) ([]byte, error) {
 		if cmd.Txn == nil {
 			return nil, fmt.Errorf("%w: transaction missing", ErrInvalidCommand)
 		}
-		t := cmd.Txn
-		b = binary.AppendUvarint(b, uint64(len(t.Compares)))
-		for _, c := range t.Compares {
-			b = appendBytes(b, c.Key)
-			b = append(b, byte(c.Target), byte(c.Result))
-			b = appendBytes(b, c.Value)
-			b = binary.AppendVarint(b, c.Int)
-		}
-		b = appendOps(b, t.Success, format)
-		b = appendOps(b, t.Failure, format)
+		b = appendTxn(b, cmd.Txn, format)
 	case CmdCompact:
 		b = binary.AppendVarint(b, cmd.Revision)
 	case CmdClusterMeta:
@@ -111,18 +124,37 @@ func cmdSizeHint(cmd *Command) int {
 	return n
 }
 
+// appendTxn appends the body of a transaction: compares, success ops, failure ops.
+func appendTxn(b []byte, t *Txn, format byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(t.Compares)))
+	for _, c := range t.Compares {
+		b = appendBytes(b, c.Key)
+		b = append(b, byte(c.Target), byte(c.Result))
+		b = appendBytes(b, c.Value)
+		b = binary.AppendVarint(b, c.Int)
+		if format >= CommandFormatV4 {
+			b = appendOptBytes(b, c.End)
+		}
+	}
+	b = appendOps(b, t.Success, format)
+	return appendOps(b, t.Failure, format)
+}
+
+// appendOptBytes appends p keeping nil apart from empty.
+func appendOptBytes(b, p []byte) []byte {
+	if p == nil {
+		return append(b, 0)
+	}
+	return appendBytes(append(b, 1), p)
+}
+
 func appendOps(b []byte, ops []Op, format byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(ops)))
 	for _, op := range ops {
 		b = append(b, byte(op.Type))
 		b = appendBytes(b, op.Key)
 		// End keeps nil apart from empty: nil makes OpGet a single-key read.
-		if op.End == nil {
-			b = append(b, 0)
-		} else {
-			b = append(b, 1)
-			b = appendBytes(b, op.End)
-		}
+		b = appendOptBytes(b, op.End)
 		b = appendBytes(b, op.Value)
 		b = binary.AppendVarint(b, op.Limit)
 		if format >= CommandFormatV2 {
@@ -130,6 +162,9 @@ func appendOps(b []byte, ops []Op, format byte) []byte {
 		}
 		if format >= CommandFormatV3 {
 			b = binary.AppendVarint(b, op.Lease)
+		}
+		if format >= CommandFormatV4 {
+			b = appendOpV4(b, op, format)
 		}
 	}
 	return b
@@ -150,22 +185,7 @@ func DecodeCommand(data []byte) (*Command, error) {
 	cmd := &Command{Type: CommandType(d.Uint8("command type"))}
 	switch cmd.Type {
 	case CmdTxn:
-		t := &Txn{}
-		n := d.Count("compares", 4)
-		if n > 0 {
-			t.Compares = make([]Compare, n)
-		}
-		for i := range t.Compares {
-			c := &t.Compares[i]
-			c.Key = d.Bytes("compare key", noMax)
-			c.Target = CompareTarget(d.Uint8("compare target"))
-			c.Result = CompareResult(d.Uint8("compare result"))
-			c.Value = d.Bytes("compare value", noMax)
-			c.Int = d.Varint("compare int")
-		}
-		t.Success = d.ops(format)
-		t.Failure = d.ops(format)
-		cmd.Txn = t
+		cmd.Txn = d.txn(format, 1)
 	case CmdCompact:
 		cmd.Revision = d.Varint("revision")
 	case CmdClusterMeta:
@@ -187,7 +207,49 @@ func DecodeCommand(data []byte) (*Command, error) {
 	return cmd, nil
 }
 
-func (d decoder) ops(format byte) []Op {
+// txn decodes a transaction body at nesting depth depth (1 = outer).
+func (d decoder) txn(format byte, depth int) *Txn {
+	t := &Txn{}
+	n := d.Count("compares", 4)
+	if n > 0 {
+		t.Compares = make([]Compare, n)
+	}
+	for i := range t.Compares {
+		c := &t.Compares[i]
+		c.Key = d.Bytes("compare key", noMax)
+		c.Target = CompareTarget(d.Uint8("compare target"))
+		c.Result = CompareResult(d.Uint8("compare result"))
+		c.Value = d.Bytes("compare value", noMax)
+		c.Int = d.Varint("compare int")
+		if format >= CommandFormatV4 {
+			c.End = d.optBytes("compare range end")
+		} else if c.Target == TargetLease {
+			// Releases before format 4 refuse this target as invalid; so must this one,
+			// or replicas of mixed releases would apply the entry differently.
+			d.Fail("compare target lease in format %d", format)
+		}
+	}
+	t.Success = d.ops(format, depth)
+	t.Failure = d.ops(format, depth)
+	return t
+}
+
+// optBytes decodes what appendOptBytes wrote.
+func (d decoder) optBytes(what string) []byte {
+	switch d.Uint8(what + " flag") {
+	case 0:
+		return nil
+	case 1:
+		if p := d.Bytes(what, noMax); p != nil {
+			return p
+		}
+		return []byte{}
+	}
+	d.Fail("bad %s flag", what)
+	return nil
+}
+
+func (d decoder) ops(format byte, depth int) []Op {
 	n := d.Count("ops", 5)
 	if n == 0 {
 		return nil
@@ -197,16 +259,7 @@ func (d decoder) ops(format byte) []Op {
 		op := &ops[i]
 		op.Type = OpType(d.Uint8("op type"))
 		op.Key = d.Bytes("key", noMax)
-		switch d.Uint8("range end flag") {
-		case 0:
-		case 1:
-			op.End = d.Bytes("range end", noMax)
-			if op.End == nil {
-				op.End = []byte{}
-			}
-		default:
-			d.Fail("bad range end flag")
-		}
+		op.End = d.optBytes("range end")
 		op.Value = d.Bytes("value", noMax)
 		op.Limit = d.Varint("limit")
 		if format >= CommandFormatV2 {
@@ -214,6 +267,12 @@ func (d decoder) ops(format byte) []Op {
 		}
 		if format >= CommandFormatV3 {
 			op.Lease = d.Varint("lease")
+		}
+		if format >= CommandFormatV4 {
+			d.opV4(op, format, depth)
+		}
+		if d.Err() != nil {
+			return nil
 		}
 	}
 	return ops
@@ -285,25 +344,40 @@ func encodeResult(r *Result, leases bool) ([]byte, error) {
 	if code != codeNone {
 		b = appendBytes(b, []byte(r.Err.Error()))
 	}
-	b = binary.AppendUvarint(b, uint64(len(r.Responses)))
-	for _, resp := range r.Responses {
+	return appendResponses(b, r.Responses, format), nil
+}
+
+func appendResponses(b []byte, resps []OpResponse, format byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(resps)))
+	for _, resp := range resps {
 		b = append(b, byte(resp.Type))
 		b = binary.AppendVarint(b, resp.Deleted)
 		b = appendBool(b, resp.PrevKV != nil)
 		if resp.PrevKV != nil {
 			b = appendKV(b, *resp.PrevKV, format)
 		}
-		b = binary.AppendUvarint(b, uint64(len(resp.KVs)))
-		for _, kv := range resp.KVs {
-			b = appendKV(b, kv, format)
-		}
+		b = appendKVs(b, resp.KVs, format)
 		b = appendBool(b, resp.More)
+		if format >= resultFormatV4 {
+			b = appendResponseV4(b, resp, format)
+		}
 	}
-	return b, nil
+	return b
+}
+
+func appendKVs(b []byte, kvs []KeyValue, format byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(kvs)))
+	for _, kv := range kvs {
+		b = appendKV(b, kv, format)
+	}
+	return b
 }
 
 // resultFormat is the oldest format that carries what r holds (leases only when asked).
 func resultFormat(r *Result, leases bool) byte {
+	if responsesNeedV4(r.Responses) {
+		return resultFormatV4
+	}
 	f := resultFormatV1
 	need := func(kv *KeyValue) {
 		if leases && kv.Lease != 0 {
@@ -327,7 +401,7 @@ func resultFormat(r *Result, leases bool) byte {
 func DecodeResult(data []byte) (*Result, error) {
 	d := newDecoder(data)
 	format := d.Uint8("format")
-	if d.Err() == nil && (format < resultFormatV1 || format > resultFormatV3) {
+	if d.Err() == nil && (format < resultFormatV1 || format > resultFormatV4) {
 		return nil, fmt.Errorf("%w: result format %d", ErrUnknownFormat, format)
 	}
 	r := &Result{Revision: d.Varint("revision"), Succeeded: d.bool()}
@@ -343,29 +417,50 @@ func DecodeResult(data []byte) (*Result, error) {
 			r.Err = &remoteError{msg: msg, sentinel: sentinel}
 		}
 	}
-	if n := d.Count("responses", 4); n > 0 {
-		r.Responses = make([]OpResponse, n)
+	r.Responses = d.responses(format, 1)
+	if err := d.Finish(); err != nil {
+		return nil, err
 	}
-	for i := range r.Responses {
-		resp := &r.Responses[i]
+	return r, nil
+}
+
+// responses decodes what appendResponses wrote, at nesting depth depth (1 = outer).
+func (d decoder) responses(format byte, depth int) []OpResponse {
+	n := d.Count("responses", 4)
+	if n == 0 {
+		return nil
+	}
+	resps := make([]OpResponse, n)
+	for i := range resps {
+		resp := &resps[i]
 		resp.Type = OpType(d.Uint8("op type"))
 		resp.Deleted = d.Varint("deleted")
 		if d.bool() {
 			kv := d.kv(format)
 			resp.PrevKV = &kv
 		}
-		if n := d.Count("kvs", 5); n > 0 {
-			resp.KVs = make([]KeyValue, n)
-			for j := range resp.KVs {
-				resp.KVs[j] = d.kv(format)
-			}
-		}
+		resp.KVs = d.kvs(format)
 		resp.More = d.bool()
+		if format >= resultFormatV4 {
+			d.responseV4(resp, format, depth)
+		}
+		if d.Err() != nil {
+			return nil
+		}
 	}
-	if err := d.Finish(); err != nil {
-		return nil, err
+	return resps
+}
+
+func (d decoder) kvs(format byte) []KeyValue {
+	n := d.Count("kvs", 5)
+	if n == 0 {
+		return nil
 	}
-	return r, nil
+	kvs := make([]KeyValue, n)
+	for j := range kvs {
+		kvs[j] = d.kv(format)
+	}
+	return kvs
 }
 
 func appendBytes(b, p []byte) []byte {

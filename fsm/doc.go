@@ -31,6 +31,53 @@
 // atomic load and never waits. A View stays valid and consistent however long it is
 // held. The Compactor owns one goroutine, from StartCompactor to Close.
 //
+// # etcd's KV API
+//
+// Every etcd v3 KV request maps onto one command or one view read, answered as etcd 3.7
+// answers it (each rule below cites the etcd function it follows; tests name them too).
+// Key ranges translate one way everywhere: etcd range_end "" → End nil (the key alone),
+// "\x00" → End []byte{} (every key >= Key), anything else → End as is.
+//
+//	Range        View.RangeWith(key, end, limit, RangeOptions{..., WithCount: true});
+//	             header revision = RangeResult.Revision. A negative limit is no limit.
+//	Put          CmdTxn{Success: [OpPut{Lease, IgnoreValue, IgnoreLease}]}; prev_kv from
+//	             OpResponse.PrevKV (always filled; drop it unless asked).
+//	DeleteRange  OpDelete (range_end "") or OpDeleteRange, with PrevKV for prev_kv;
+//	             OpResponse.Deleted, PrevKVs.
+//	Txn          CmdTxn: Compare{Key, End, Target, Result, Value|Int} (target LEASE is
+//	             TargetLease), RequestOp → Op, RequestTxn → OpTxn (OpResponse.Txn).
+//	             RequestRange → OpGet with Range (set WithCount: etcd always counts).
+//	Compact      CmdCompact.
+//
+// Rules the state machine enforces, as etcd does (server/etcdserver/txn/txn.go):
+//   - every compare on the chosen path, nested ones included, reads the state before
+//     the transaction (compareToPath); ops run in order, each seeing earlier writes;
+//   - before the first write, every op on the path is checked in order (checkTxn): a
+//     read revision outside the window (ErrFutureRevision, ErrCompacted; -1 reads the
+//     latest until the first compaction), a put's lease (ErrLeaseNotFound), a key that
+//     ignore_value/ignore_lease needs (ErrKeyNotFound); the first failure fails it all;
+//   - one revision for the whole transaction, none if nothing was written;
+//   - nested transactions share MaxTxnOps (v3rpc checkTxnRequest), hence MaxTxnDepth;
+//   - a range compare holds if it holds for every key; no key compares as an absent
+//     key, except VALUE, which fails (applyCompare);
+//   - Range: limit+1 keys fetched unless sorting or filtering, count ignoring limit and
+//     filters, filters, sort.Sort with etcd's Less (ties come out as in etcd), cut and
+//     More, keys_only without values and (unless sorting by value) leases (range.go).
+//
+// What the etcd door does itself, before proposing: etcd's request validation errors
+// (empty key, value or lease given with ignore_*, bad sort enum: fsm refuses these as
+// ErrInvalidCommand, with other words); the duplicate-key check, with
+// CheckDuplicateKeysEtcd (etcd's checkIntervals, quirks included: the apply path does
+// not check, see CheckDuplicateKeys). An op range whose end is at or before its start
+// is empty in etcd but refused by validateOp (older releases refuse it too, and must
+// keep agreeing): the door sends a placeholder (OpGet of the key, CountOnly) and
+// answers an empty range or deletes nothing itself. Header revisions inside a Txn's
+// responses: with begin = the revision before the transaction (Result.Revision, less
+// one if any op wrote) and changed = "some
+// earlier op wrote" (an OpPut, or Deleted > 0), walking ops depth first in order, a
+// range reports begin+1 if changed else begin, a put begin+1, a delete_range the same
+// as a range after its own deletes count, a nested TxnResponse 0.
+//
 // A worked example of one key's history, through put, delete and compaction, is drawn
 // on compact.go's comment; TestCompactionWorkedExample replays it.
 package fsm

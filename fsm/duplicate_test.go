@@ -65,3 +65,60 @@ func TestDuplicateKeysStillApply(t *testing.T) {
 		t.Fatalf("x = %+v, want value 2, version 2, created and modified at 1", kv)
 	}
 }
+
+// TestCheckDuplicateKeysNested replays etcd's TestV3TxnDuplicateKeys
+// (tests/integration/v3_grpc_test.go) and pins the quirks of its checkIntervals
+// (server/etcdserver/api/v3rpc/key.go) that keel keeps so as to refuse exactly what
+// etcd refuses.
+func TestCheckDuplicateKeysNested(t *testing.T) {
+	putReq := put("abc", "def")
+	delKey := del("abc")
+	delIn := Op{Type: OpDeleteRange, Key: []byte("a"), End: []byte("b")}
+	delOut := Op{Type: OpDeleteRange, Key: []byte("abb"), End: []byte("abc")}
+	delFrom := Op{Type: OpDeleteRange, Key: []byte("a"), End: []byte{}} // etcd range_end "\x00"
+	tx := func(s, f []Op) Op { return Op{Type: OpTxn, Txn: &Txn{Success: s, Failure: f}} }
+	txnDel, txnDel2 := tx([]Op{delIn}, nil), tx([]Op{delIn}, []Op{delIn})
+	txnPut, txnPut2 := tx([]Op{putReq}, nil), tx([]Op{putReq}, []Op{putReq})
+	tests := []struct {
+		name     string
+		ops      []Op
+		keel     bool // CheckDuplicateKeys refuses
+		etcd     bool // CheckDuplicateKeysEtcd (and etcd) refuses
+		failures bool // put the ops in Failure instead
+	}{
+		{"put, put", []Op{putReq, putReq}, true, true, false},
+		{"put, delete", []Op{putReq, delKey}, true, true, false},
+		{"put, delete range", []Op{putReq, delIn}, true, true, false},
+		{"Then(Put(a), Then(Del(a)))", []Op{putReq, txnDel}, true, true, false},
+		{"Then(Del(a), Then(Put(a)))", []Op{delIn, txnPut}, true, true, false},
+		{"two nested put both sides", []Op{txnPut2, txnPut2}, true, true, false},
+		{"Then(Del(x), (Then(Put(a)), Else(Put(a))))", []Op{delOut, txnPut2}, false, false, false},
+		{"Then(Then(Del(a)), (Then(Del(a)), Else(Del(a))))", []Op{txnDel, txnDel2}, false, false, false},
+		{"deletes only", []Op{delKey, delIn, delKey, delIn}, false, false, false},
+		{"put, delete out of range", []Op{putReq, delOut}, false, false, false},
+		{"nested delete seen first", []Op{txnDel, txnPut}, true, true, false},
+		{"nested put seen first (etcd lets it through)", []Op{txnPut, txnDel}, false, false, false},
+		{"one nested txn: put in Success, delete in Failure", []Op{tx([]Op{putReq}, []Op{delIn})}, false, false, false},
+		{"one nested txn: delete in Success, put in Failure", []Op{tx([]Op{delKey}, []Op{putReq})}, false, false, false},
+		{"doubly nested put, put", []Op{tx([]Op{txnPut}, nil), putReq}, true, true, false},
+		{"doubly nested, failure branch", []Op{tx(nil, []Op{txnPut}), delIn}, true, true, true},
+		{"put inside a delete to the end", []Op{delFrom, putReq}, true, false, false},
+		{"nested put inside a delete to the end", []Op{delFrom, txnPut}, true, false, false},
+	}
+	for i, tt := range tests {
+		txn := &Txn{Success: tt.ops}
+		if tt.failures {
+			txn = &Txn{Failure: tt.ops}
+		}
+		for _, c := range []struct {
+			name   string
+			check  func(*Txn) error
+			refuse bool
+		}{{"keel", CheckDuplicateKeys, tt.keel}, {"etcd", CheckDuplicateKeysEtcd, tt.etcd}} {
+			err := c.check(txn)
+			if got := errors.Is(err, ErrDuplicateKey); got != c.refuse || (err != nil && !got) {
+				t.Errorf("#%d %s (%s rule): err = %v, want refused %v", i, tt.name, c.name, err, c.refuse)
+			}
+		}
+	}
+}

@@ -160,18 +160,6 @@ func (s *Store) attachLocked(key []byte, old, new int64) {
 	}
 }
 
-// checkLeasesLocked: every put of ops names a lease that exists (or none).
-func (s *Store) checkLeasesLocked(ops []Op) error {
-	for i, op := range ops {
-		if op.Type == OpPut && op.Lease != 0 {
-			if _, ok := s.cur.ls.get(op.Lease); !ok {
-				return fmt.Errorf("%w: op %d: lease %d", ErrLeaseNotFound, i, op.Lease)
-			}
-		}
-	}
-	return nil
-}
-
 func validLeaseTTL(ttl int64) bool { return ttl >= MinLeaseTTL && ttl <= MaxLeaseTTL }
 
 // leaseGrantLocked creates lease id with ttl (ms).

@@ -8,7 +8,8 @@ var (
 	ErrCompacted = errors.New("fsm: revision compacted")
 	// ErrFutureRevision: the requested revision is newer than the current revision.
 	ErrFutureRevision = errors.New("fsm: revision is in the future")
-	// ErrKeyNotFound: no live key at the requested revision.
+	// ErrKeyNotFound: no live key at the requested revision; or a put with IgnoreValue
+	// or IgnoreLease names a key that does not exist (nothing was written).
 	ErrKeyNotFound = errors.New("fsm: key not found")
 	// ErrTooManyOps: a transaction holds more than MaxTxnOps operations.
 	ErrTooManyOps = errors.New("fsm: too many operations in transaction")
@@ -38,7 +39,14 @@ var (
 
 // MaxTxnOps bounds compares + success ops + failure ops of one transaction... each list
 // separately: at most MaxTxnOps compares, MaxTxnOps success ops, MaxTxnOps failure ops.
+// Nested transactions (OpTxn) share the budget as in etcd (v3rpc checkTxnRequest): a
+// transaction whose longest list has n entries leaves its nested ones MaxTxnOps - n,
+// each; so nesting is at most MaxTxnDepth deep.
 const MaxTxnOps = 128
+
+// MaxTxnDepth bounds the nesting of transactions: the outer one is depth 1. The budget
+// rule above already implies it; decoders refuse deeper nesting before recursing.
+const MaxTxnDepth = MaxTxnOps + 1
 
 // KeyValue is one version of a key as seen at some revision.
 //
@@ -65,6 +73,10 @@ const (
 	OpDelete      OpType = 2 // delete Key
 	OpDeleteRange OpType = 3 // delete every key in [Key, End)
 	OpGet         OpType = 4 // read Key, or [Key, End) when End is set, at the txn's read revision
+	// OpTxn runs Op.Txn, a nested transaction (etcd's RequestOp_RequestTxn): its
+	// compares are evaluated with the outer ones, before anything is written, and its
+	// writes share the outer transaction's revision. It needs CommandFormatV4.
+	OpTxn OpType = 5
 )
 
 // Op is one operation of a transaction.
@@ -84,7 +96,80 @@ type Op struct {
 	// with ErrLeaseNotFound, writing nothing, if the lease does not exist. A command
 	// with a lease needs CommandFormatV3.
 	Lease int64
+
+	// The fields below need CommandFormatV4 (etcd's KV API; see doc.go).
+
+	// PrevKV (OpDelete, OpDeleteRange) returns the previous version of every key the op
+	// deletes in OpResponse.PrevKVs (etcd DeleteRangeRequest.prev_kv).
+	PrevKV bool
+	// IgnoreValue (OpPut) writes the key's current value (and encoding tag) instead of
+	// Value, which must be empty; IgnoreLease keeps the key's current lease instead of
+	// Lease, which must be 0 (etcd PutRequest.ignore_value, ignore_lease). If the key
+	// does not exist before the transaction, the whole transaction fails with
+	// ErrKeyNotFound and writes nothing (etcd "etcdserver: key not found").
+	IgnoreValue bool
+	IgnoreLease bool
+	// Range holds etcd's RangeRequest options of an OpGet (see RangeOptions).
+	Range RangeOptions
+	// Txn is the nested transaction of an OpTxn.
+	Txn *Txn
 }
+
+// RangeOptions are the options of etcd's RangeRequest beyond key, range end and limit,
+// for View.RangeWith and for an OpGet inside a transaction (Op.Range). The zero value
+// reads the latest revision in key order, values included, without counting.
+// Semantics are etcd's (server/etcdserver/txn/range.go executeRange): revision filters
+// and a sort other than ascending keys apply to every key of the range before the limit
+// cuts it; More says the limit cut something; Count counts every key of the range at
+// the revision, ignoring limit and filters.
+type RangeOptions struct {
+	// Revision reads at that revision; 0 = the latest (inside a transaction: the state
+	// as the transaction's earlier ops left it). Inside a transaction a revision outside
+	// the readable window fails the whole transaction (ErrFutureRevision, ErrCompacted)
+	// before anything is written; as in etcd (txn.checkRange, whose compacted bound is
+	// -1 until the first compaction), -1 reads the latest revision until the store is
+	// first compacted and every other negative revision is ErrCompacted. View.RangeWith
+	// reads the latest revision for every revision <= 0, as etcd's Range does.
+	Revision   int64
+	SortOrder  SortOrder
+	SortTarget SortTarget
+	// KeysOnly returns no values. As in etcd 3.7 (mvcc rangeKeys, FastKeysOnly), unless
+	// SortTarget is SortByValue the keys come from the index, so their Lease is 0 too.
+	KeysOnly bool
+	// CountOnly returns only the count (every key of the range, limit and filters
+	// ignored): no KVs, More false.
+	CountOnly bool
+	// WithCount sets OpResponse.Count / RangeResult.Count to the number of keys in the
+	// range at the revision, ignoring limit and filters (etcd RangeResponse.count; etcd
+	// always counts). It costs a walk of the whole range, so it is asked for.
+	WithCount bool
+	// Revision filters (0 = none): keep keys with ModRevision in [MinModRevision,
+	// MaxModRevision] and CreateRevision in [MinCreateRevision, MaxCreateRevision].
+	MinModRevision    int64
+	MaxModRevision    int64
+	MinCreateRevision int64
+	MaxCreateRevision int64
+}
+
+// SortOrder is etcd's RangeRequest.SortOrder; values are etcd's.
+type SortOrder uint8
+
+const (
+	SortNone    SortOrder = 0 // key order; with a SortTarget other than SortByKey, ascending
+	SortAscend  SortOrder = 1
+	SortDescend SortOrder = 2
+)
+
+// SortTarget is etcd's RangeRequest.SortTarget; values are etcd's.
+type SortTarget uint8
+
+const (
+	SortByKey     SortTarget = 0
+	SortByVersion SortTarget = 1
+	SortByCreate  SortTarget = 2
+	SortByMod     SortTarget = 3
+	SortByValue   SortTarget = 4
+)
 
 // MaxEncodingLen bounds Op.Encoding.
 const MaxEncodingLen = 255
@@ -98,6 +183,9 @@ const (
 	TargetModRevision    CompareTarget = 3 // compares Compare.Int; absent key has mod revision 0
 	TargetCreateRevision CompareTarget = 4 // compares Compare.Int; absent key has create revision 0
 	TargetExists         CompareTarget = 5 // Int 1 = key exists, 0 = absent; only CompareEqual/NotEqual
+	// TargetLease compares Compare.Int with the key's lease ID (etcd Compare.LEASE);
+	// absent key has lease 0. It needs CommandFormatV4.
+	TargetLease CompareTarget = 6
 )
 
 // CompareResult is the relation a Compare asserts between the key's field and the operand.
@@ -110,9 +198,17 @@ const (
 	CompareGreater  CompareResult = 4 // field > operand
 )
 
-// Compare is one guard of a transaction, evaluated against the latest revision.
+// Compare is one guard of a transaction, evaluated against the latest revision, before
+// the transaction writes anything.
+//
+// With End set (etcd Compare.range_end; CommandFormatV4) it compares every key of
+// [Key, End) — an empty non-nil End means every key >= Key — and holds only if it holds
+// for each key. A range without keys compares as one absent key (version, revisions and
+// lease 0, not existing), except that a TargetValue compare then fails whatever the
+// relation, as etcd's applyCompare does. An End at or before Key is an empty range.
 type Compare struct {
 	Key    []byte
+	End    []byte
 	Target CompareTarget
 	Result CompareResult
 	Value  []byte // TargetValue
@@ -163,6 +259,14 @@ type OpResponse struct {
 	PrevKV  *KeyValue  // OpPut, OpDelete: the previous version of the key, if it existed
 	KVs     []KeyValue // OpGet
 	More    bool       // ranged OpGet: Limit cut the result
+	// PrevKVs (OpDelete, OpDeleteRange with Op.PrevKV): the previous version of every
+	// key deleted, in key order; nil when none was.
+	PrevKVs []KeyValue
+	// Count (OpGet with Range.WithCount or Range.CountOnly): keys in the range.
+	Count int64
+	// Txn (OpTxn): the nested transaction's outcome, Succeeded and Responses only
+	// (Revision 0, as etcd leaves a nested TxnResponse's header revision).
+	Txn *Result
 }
 
 // Result is the state machine's answer to one command. A failed guard or a bad request is

@@ -51,3 +51,33 @@ func TestFormatGateWithoutGossip(t *testing.T) {
 		t.Fatalf("grant once every voter applies format 3: %v %v", err, res)
 	}
 }
+
+// TestFormatGateCoversV4: fsm.CommandFormatV4 (etcd's KV API: nested transactions,
+// range compares ...) is newer than what a v0.9.0 voter applies (3). While the limit
+// is 3 a format-4 command is refused before it is proposed, nothing written, and
+// format-3 commands still go; at the newest format it applies.
+func TestFormatGateCoversV4(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.nodes[c.leader()]
+	etcdTxn := &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{
+		{Type: fsm.OpTxn, Txn: &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte("n"), Value: []byte("1")}}}}}}}
+	if b, _ := fsm.EncodeCommand(etcdTxn); b[0] != fsm.CommandFormatV4 || fsm.MaxCommandFormat < fsm.CommandFormatV4 {
+		t.Fatalf("nested txn encodes in format %d, this build applies up to %d", b[0], fsm.MaxCommandFormat)
+	}
+	n.SetCommandFormatLimit(fsm.CommandFormatV3)
+	rev := n.Store().View().Revision()
+	if _, err := n.Apply(context.Background(), etcdTxn); !errors.Is(err, ErrFormatNotAgreed) {
+		t.Fatalf("format-4 command with the limit at 3: %v, want ErrFormatNotAgreed", err)
+	}
+	if got := n.Store().View().Revision(); got != rev {
+		t.Fatalf("revision %d after a refused command, want %d", got, rev)
+	}
+	grant := &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: 7, LeaseTTL: 60_000}
+	if res, err := n.Apply(context.Background(), grant); err != nil || res.Err != nil {
+		t.Fatalf("format-3 command with the limit at 3: %v %v", err, res)
+	}
+	n.SetCommandFormatLimit(fsm.MaxCommandFormat)
+	if res, err := n.Apply(context.Background(), etcdTxn); err != nil || res.Err != nil || res.Responses[0].Txn == nil {
+		t.Fatalf("format-4 command at the newest format: %v %+v", err, res)
+	}
+}
