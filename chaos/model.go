@@ -81,6 +81,19 @@ type keyState struct {
 	Exists bool
 	Value  string
 	ModRev int64
+	// Floor: every write to the key from here on, and an unknown ModRev, is at a
+	// revision above it. It carries the revision of the last write whose revision was
+	// seen across writes whose revision nobody saw, and across deletes: a put of
+	// unknown outcome after a write at revision 7 cannot be read back at revision 6.
+	Floor int64
+}
+
+// floor is the revision every later write of the key must exceed.
+func (s keyState) floor() int64 {
+	if s.Exists && s.ModRev != revUnknown {
+		return max(s.ModRev, s.Floor)
+	}
+	return s.Floor
 }
 
 const revUnknown = -1
@@ -100,7 +113,7 @@ var KVModel = porcupine.NondeterministicModel{
 	Hash: func(state interface{}) uint64 {
 		s := state.(keyState)
 		h := fnv.New64a()
-		fmt.Fprintf(h, "%t|%d|%s", s.Exists, s.ModRev, s.Value)
+		fmt.Fprintf(h, "%t|%d|%d|%s", s.Exists, s.ModRev, s.Floor, s.Value)
 		return h.Sum64()
 	},
 	DescribeOperation: describeKeyOp,
@@ -108,9 +121,9 @@ var KVModel = porcupine.NondeterministicModel{
 		s := state.(keyState)
 		switch {
 		case !s.Exists:
-			return "absent"
+			return fmt.Sprintf("absent, writes after @%d", s.Floor)
 		case s.ModRev == revUnknown:
-			return fmt.Sprintf("%s @?", s.Value)
+			return fmt.Sprintf("%s @? (after @%d)", s.Value, s.Floor)
 		default:
 			return fmt.Sprintf("%s @%d", s.Value, s.ModRev)
 		}
@@ -133,7 +146,10 @@ func stepKey(s keyState, in KeyInput, out KeyOutput) []interface{} {
 			return nil
 		}
 		if !known && succeeded {
-			s = refineCond(s, in.Cond)
+			var ok bool
+			if s, ok = refineCond(s, in.Cond); !ok {
+				return nil
+			}
 		}
 	}
 	act := in.Failure
@@ -171,9 +187,9 @@ func stepUnknown(s keyState, in KeyInput) []interface{} {
 	for _, a := range branches {
 		switch a {
 		case ActPut:
-			out = appendState(out, keyState{Exists: true, Value: in.Value, ModRev: revUnknown})
+			out = appendState(out, keyState{Exists: true, Value: in.Value, ModRev: revUnknown, Floor: s.floor()})
 		case ActDelete:
-			out = appendState(out, keyState{})
+			out = appendState(out, keyState{Floor: s.floor()})
 		default:
 			out = appendState(out, s)
 		}
@@ -212,11 +228,15 @@ func evalCond(s keyState, c *Cond) (holds, known bool) {
 }
 
 // refineCond pins what a guard that held reveals about an unknown mod revision.
-func refineCond(s keyState, c *Cond) keyState {
+// A guard that names a revision at or below the floor cannot have held.
+func refineCond(s keyState, c *Cond) (keyState, bool) {
 	if c.Target == CondModRevision && s.Exists && s.ModRev == revUnknown {
-		s.ModRev = c.Int
+		if c.Int <= s.Floor {
+			return s, false
+		}
+		s.ModRev, s.Floor = c.Int, 0
 	}
-	return s
+	return s, true
 }
 
 // applyKnown checks the observed output of act against s and returns the next state.
@@ -233,12 +253,15 @@ func applyKnown(s keyState, in KeyInput, act Action, out KeyOutput) (keyState, b
 			return s, false
 		}
 		if s.ModRev == revUnknown {
-			s.ModRev = out.ModRev
+			if out.ModRev <= s.Floor {
+				return s, false
+			}
+			s.ModRev, s.Floor = out.ModRev, 0
 			return s, true
 		}
 		return s, out.ModRev == s.ModRev
 	case ActPut:
-		if s.ModRev != revUnknown && out.Rev <= s.ModRev {
+		if out.Rev <= s.floor() {
 			return s, false
 		}
 		return keyState{Exists: true, Value: in.Value, ModRev: out.Rev}, true
@@ -250,10 +273,10 @@ func applyKnown(s keyState, in KeyInput, act Action, out KeyOutput) (keyState, b
 		if out.Deleted != want {
 			return s, false
 		}
-		if s.Exists && s.ModRev != revUnknown && out.Rev <= s.ModRev {
+		if s.Exists && out.Rev <= s.floor() {
 			return s, false
 		}
-		return keyState{}, true
+		return keyState{Floor: max(out.Rev, s.floor())}, true
 	}
 	return s, true
 }

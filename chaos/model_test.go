@@ -273,3 +273,41 @@ func TestCheckCleanHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestModelUnknownWriteFloor: a write whose revision nobody saw still comes after the
+// last write somebody saw, so reading it back at or below that revision is impossible,
+// as is a guard that names such a revision; above it both are fine. Found by the
+// checker mutation run (issue 23): the model forgot the bound.
+func TestModelUnknownWriteFloor(t *testing.T) {
+	// After put a@7 (or a delete at 7), an unknown put of b:
+	for _, before := range []keyState{{Exists: true, Value: "a", ModRev: 7}, {Floor: 7}} {
+		next := stepKey(before, KeyInput{Key: "k", Success: ActPut, Value: "b"}, KeyOutput{Unknown: true})
+		var s keyState
+		for _, x := range next {
+			if x.(keyState).Value == "b" {
+				s = x.(keyState)
+			}
+		}
+		if s.Value != "b" || s.ModRev != revUnknown || s.Floor != 7 {
+			t.Fatalf("after %+v and an unknown put: states %v, want b @? after 7", before, next)
+		}
+		get := KeyInput{Key: "k", Success: ActGet}
+		cas := KeyInput{Key: "k", Cond: &Cond{Target: CondModRevision}, Success: ActPut, Value: "c"}
+		for i, tc := range []struct {
+			in  KeyInput
+			rev int64 // read mod revision, or the guard's revision
+			ok  bool
+		}{{get, 6, false}, {get, 7, false}, {get, 8, true}, {cas, 7, false}, {cas, 8, true}} {
+			out := KeyOutput{Succeeded: true, Rev: 20, Found: true, Value: "b", ModRev: tc.rev}
+			if tc.in.Cond != nil {
+				c := *tc.in.Cond
+				c.Int = tc.rev
+				tc.in.Cond = &c
+				out = KeyOutput{Succeeded: true, Rev: 20}
+			}
+			if got := len(stepKey(s, tc.in, out)) > 0; got != tc.ok {
+				t.Errorf("#%d after %+v: possible = %v, want %v", i, before, got, tc.ok)
+			}
+		}
+	}
+}

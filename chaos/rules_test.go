@@ -177,6 +177,14 @@ var historyRules = []ruleCase{
 		d.Records[10].GotValue, d.Records[10].ModRev, d.Records[10].Rev = "a4", 7, 7
 		d.Records[11].Found, d.Records[11].GotValue, d.Records[11].ModRev, d.Records[11].Rev = false, "", 0, 7
 	}},
+	// The unknown put #8 follows the delete #6 at revision 5: it cannot be read back at
+	// revision 5 or before (a write whose revision nobody saw is still after the last
+	// one somebody saw).
+	{"lin-unknown-floor", "not linearizable", func(d *RunData) {
+		d.Timeline = nil
+		d.Watches = nil
+		d.Records[11].ModRev = 5
+	}},
 	{"unexpected", "unexpected error: 500 internal", func(d *RunData) {
 		d.Records = append(d.Records, rec(OpGet, "k/a", 180, 190, func(r *Record) {
 			r.Outcome, r.Err, r.Unexpected = OutcomeFailed, "500 internal", true
