@@ -77,6 +77,10 @@ type Server struct {
 	routesMu sync.Mutex
 	patterns []string
 
+	// skipLocalTxnCheck (tests only) skips checkTxn on the node that takes a KV API
+	// transaction, so a test can show the leader's own check (forwarded.go).
+	skipLocalTxnCheck bool
+
 	// lessor keeps lease deadlines while this node leads (lessor.go); its loop runs
 	// from Serve to Shutdown.
 	lessor *lessor
@@ -104,6 +108,9 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 	s.lessor = newLessor(store, logger.Named("lessor"))
 	if lc, ok := store.(LeaderCaller); ok {
 		lc.SetLeaderHandler(s.lessor.handleLeaderCall)
+	}
+	if cs, ok := store.(CallerCheckSetter); ok {
+		cs.SetCallerChecker(s.checkForwarded)
 	}
 	s.routes()
 	// The chain, outside in: access log, client certificate, in-flight limit, routes.
