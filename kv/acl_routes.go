@@ -256,14 +256,6 @@ func checkKey(ctx context.Context, key []byte, write bool) error {
 	return nil
 }
 
-// checkSpan refuses the request unless its token may read (write) all of [start, end).
-func checkSpan(ctx context.Context, start, end []byte, write bool) error {
-	if az := authzOf(ctx); az != nil && !az.span(start, end, write) {
-		return forbiddenRange(start, end, write)
-	}
-	return nil
-}
-
 // readFilter returns nil when the token may read every key of [start, end), a
 // per-key filter when it may read some of them, and ErrForbidden when none.
 func readFilter(ctx context.Context, start, end []byte) (func(key []byte) bool, error) {
