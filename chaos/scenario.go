@@ -166,6 +166,10 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	watchers := StartWatchers(ctx, c, w.Prefix, w.Watchers, opt.Logf)
 	leases := StartLeases(ctx, c, h, w.Duration, opt.Logf)
 	runner := NewFaultRunner(c, h, opt.Logf)
+	atk, err := startAttack(ctx, c, h, w.Prefix, opt.Logf)
+	if err != nil {
+		out.Problems = append(out.Problems, err.Error())
+	}
 	trafficStart := time.Now()
 	var wg sync.WaitGroup
 	var werr error
@@ -173,6 +177,9 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	go func() { defer wg.Done(); werr = w.Run(ctx, c, h, opt.Seed) }()
 	go func() { defer wg.Done(); runner.Run(ctx, out.Schedule) }()
 	wg.Wait()
+	if atk != nil {
+		atk.stop()
+	}
 	out.OpsPerSec = float64(len(h.Records())) / time.Since(trafficStart).Seconds()
 	out.Events, out.Injected = runner.Events(), runner.Injected()
 	if werr != nil {
@@ -184,6 +191,9 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	problems, tl, out.Nodes = afterFaults(ctx, c, h, w, opt.Logf, hasLinkFaults(sc.Faults))
 	out.Problems = append(out.Problems, problems...)
 	out.Problems = append(out.Problems, runner.FailFastProblems()...)
+	if atk != nil {
+		out.Problems = append(out.Problems, atk.check(ctx)...)
+	}
 	watches := watchers.Stop(tl.Last(), 30*time.Second)
 	if seen := lastWatched(watches); tl != nil && seen > tl.Last() {
 		// A write can commit after the history was read: a request a partition held

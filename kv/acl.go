@@ -129,10 +129,9 @@ func (st *aclState) authorizerFor(rec tokenRecord) *authorizer {
 	return a
 }
 
-// lookup finds the token whose secret is secret. The map is keyed by the secret's
-// hash; the final comparison of the hashes is constant-time.
-func (st *aclState) lookup(secret string) *aclToken {
-	h := hashSecret(secret)
+// lookupHash finds the token whose secret hashes to h. The map is keyed by the
+// secret's hash; the final comparison of the hashes is constant-time.
+func (st *aclState) lookupHash(h secretHash) *aclToken {
 	t, ok := st.tokens[h]
 	if !ok || subtle.ConstantTimeCompare(t.hash[:], h[:]) != 1 {
 		return nil

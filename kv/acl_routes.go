@@ -186,6 +186,22 @@ const minLinearizableRefresh = 100 * time.Millisecond
 // authenticate resolves the Authorization header: (nil, nil) when ACLs are not
 // enforced, the token's authorizer, or ErrUnauthorized. Errors never hold the token.
 func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, error) {
+	st, err := s.aclStateConfirmed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !st.bootstrapped {
+		return nil, s.notBootstrapped()
+	}
+	secret, err := parseBearer(header)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	return s.tokenAuthz(ctx, st, hashSecret(secret))
+}
+
+// aclStateConfirmed returns the node's ACL state, read at the leader at least once.
+func (s *Server) aclStateConfirmed(ctx context.Context) (*aclState, error) {
 	st, err := s.aclStateNow(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acl state: %w", err)
@@ -200,23 +216,29 @@ func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, 
 		}
 		s.aclConfirmed.Store(true)
 	}
-	if !st.bootstrapped {
-		if s.cfg.ACLDefault == ACLDeny {
-			return nil, fmt.Errorf("%w: ACLs are on (-acl-default deny) and the cluster's ACL system is not "+
-				"bootstrapped yet: run `keel acl bootstrap`", ErrUnauthorized)
-		}
-		return nil, nil
+	return st, nil
+}
+
+// notBootstrapped is what a request gets before the ACL system is bootstrapped: nil
+// (not enforced) under -acl-default allow, ErrUnauthorized under deny.
+func (s *Server) notBootstrapped() error {
+	if s.cfg.ACLDefault == ACLDeny {
+		return fmt.Errorf("%w: ACLs are on (-acl-default deny) and the cluster's ACL system is not "+
+			"bootstrapped yet: run `keel acl bootstrap`", ErrUnauthorized)
 	}
-	secret, err := parseBearer(header)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, err)
-	}
-	t := st.lookup(secret)
+	return nil
+}
+
+// tokenAuthz returns the authorizer of the token whose secret hashes to h in st, or
+// ErrUnauthorized. An unknown token makes the node re-read the records at the leader
+// (at most every minLinearizableRefresh): it may have been created a moment ago.
+func (s *Server) tokenAuthz(ctx context.Context, st *aclState, h secretHash) (*authorizer, error) {
+	t := st.lookupHash(h)
 	if t == nil {
 		now := time.Now().UnixNano()
 		if last := s.aclRefresh.Load(); now-last > int64(minLinearizableRefresh) && s.aclRefresh.CompareAndSwap(last, now) {
 			if st2, err := s.reloadACL(ctx, fsm.Linearizable); err == nil {
-				t = st2.lookup(secret)
+				t = st2.lookupHash(h)
 			}
 		}
 	}
@@ -230,14 +252,6 @@ func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, 
 func checkKey(ctx context.Context, key []byte, write bool) error {
 	if az := authzOf(ctx); az != nil && !az.key(key, write) {
 		return forbiddenKey(key, write)
-	}
-	return nil
-}
-
-// checkSpan refuses the request unless its token may read (write) all of [start, end).
-func checkSpan(ctx context.Context, start, end []byte, write bool) error {
-	if az := authzOf(ctx); az != nil && !az.span(start, end, write) {
-		return forbiddenRange(start, end, write)
 	}
 	return nil
 }
@@ -269,10 +283,11 @@ func listRights(ctx context.Context, start, end []byte) (*authorizer, error) {
 	return az, nil
 }
 
-// checkTxnAccess refuses a KV API transaction unless its token may read every key it
-// compares or gets and write every key it puts or deletes, in both branches.
-func checkTxnAccess(ctx context.Context, txn *fsm.Txn) error {
-	az := authzOf(ctx)
+// checkTxnAccess refuses a KV API transaction unless az (nil: ACLs not enforced) may
+// read every key it compares or gets and write every key it puts or deletes, in both
+// branches. A put's lease needs no right of its own: rights on a lease follow its keys
+// (routes_lease.go).
+func checkTxnAccess(az *authorizer, txn *fsm.Txn) error {
 	if az == nil {
 		return nil
 	}
@@ -283,18 +298,28 @@ func checkTxnAccess(ctx context.Context, txn *fsm.Txn) error {
 	}
 	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
 		for _, o := range ops {
-			var err error
-			switch {
-			case o.Type == fsm.OpDeleteRange:
-				err = checkSpan(ctx, o.Key, o.End, true)
-			case o.Type == fsm.OpGet && o.End != nil:
-				err = checkSpan(ctx, o.Key, o.End, false)
-			default:
-				err = checkKey(ctx, o.Key, o.Type != fsm.OpGet)
-			}
-			if err != nil {
+			if err := opAccess(az, o); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// opAccess refuses op of a transaction unless az may read (write) what it touches.
+func opAccess(az *authorizer, o fsm.Op) error {
+	switch {
+	case o.Type == fsm.OpDeleteRange:
+		if !az.span(o.Key, o.End, true) {
+			return forbiddenRange(o.Key, o.End, true)
+		}
+	case o.Type == fsm.OpGet && o.End != nil:
+		if !az.span(o.Key, o.End, false) {
+			return forbiddenRange(o.Key, o.End, false)
+		}
+	default:
+		if write := o.Type != fsm.OpGet; !az.key(o.Key, write) {
+			return forbiddenKey(o.Key, write)
 		}
 	}
 	return nil

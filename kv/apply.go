@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/raft"
 )
 
 // apply replicates cmd and folds the state machine's own error (Result.Err) into the
@@ -32,16 +33,28 @@ func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, erro
 	return res, nil
 }
 
-// applyTxn applies a transaction of the KV API as one command, refusing writes to
-// reserved keys (checkReservedWrites): keel's own records and typed resources.
+// applyTxn applies a transaction of the KV API as one command, after checkTxn. The
+// command carries its caller (raft.WithCaller): a follower forwards it to the leader,
+// which checks it again with checkTxn (forwarded.go).
 func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
-	if err := checkTxnAccess(ctx, txn); err != nil {
-		return nil, err
+	az := authzOf(ctx)
+	if !s.skipLocalTxnCheck {
+		if err := s.checkTxn(az, txn); err != nil {
+			return nil, err
+		}
 	}
-	if err := s.checkReservedWrites(txn); err != nil {
-		return nil, err
+	return s.apply(raft.WithCaller(ctx, callerID(az)), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+}
+
+// checkTxn is the one check of a KV API transaction before it is applied: the token's
+// rights on every key it touches (checkTxnAccess; az nil when ACLs are not enforced)
+// and the reserved prefixes (checkReservedWrites). The node that takes the request
+// runs it, and so does the leader a follower forwards the transaction to.
+func (s *Server) checkTxn(az *authorizer, txn *fsm.Txn) error {
+	if err := checkTxnAccess(az, txn); err != nil {
+		return err
 	}
-	return s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	return s.checkReservedWrites(txn)
 }
 
 // viewAt returns a view that can answer reads at rev with consistency c. A read at an

@@ -76,7 +76,7 @@ func classify(err error) (code int, reason string) {
 		return http.StatusBadRequest, api.ReasonBadRequest
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, api.ReasonUnauthorized
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, ErrForbidden), errors.Is(err, raft.ErrCallerRefused):
 		return http.StatusForbidden, api.ReasonForbidden
 	case errors.Is(err, ErrAlreadyBootstrapped):
 		return http.StatusConflict, api.ReasonAlreadyBootstrapped

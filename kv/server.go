@@ -79,6 +79,10 @@ type Server struct {
 	routesMu sync.Mutex
 	patterns []string
 
+	// skipLocalTxnCheck (tests only) skips checkTxn on the node that takes a KV API
+	// transaction, so a test can show the leader's own check (forwarded.go).
+	skipLocalTxnCheck bool
+
 	// lessor keeps lease deadlines while this node leads (kv/lease); its loop runs
 	// from Serve to Shutdown.
 	lessor *lease.Lessor
@@ -106,6 +110,9 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 	s.lessor = lease.New(store, logger.Named("lessor"))
 	if lc, ok := store.(lease.LeaderCaller); ok {
 		lc.SetLeaderHandler(s.lessor.HandleLeaderCall)
+	}
+	if cs, ok := store.(CallerCheckSetter); ok {
+		cs.SetCallerChecker(s.checkForwarded)
 	}
 	s.routes()
 	// The chain, outside in: access log, client certificate, in-flight limit, routes.

@@ -129,7 +129,15 @@ func (n *Node) applyLocal(d data) (*fsm.Result, error) {
 // that answer refuses the request kind without applying anything; the write goes
 // again as rpcApply (its result without leases), and that leader is asked so for
 // oldLeaderRecheck before it is tried with leases again (it may have been upgraded).
+//
+// A write with a caller on ctx (WithCaller) goes as rpcApplyAs, which the leader
+// checks again (caller.go); to a leader that predates it, as the node's own writes go.
 func (n *Node) applyRemote(ctx context.Context, addr string, d data) (*fsm.Result, error) {
+	if caller, ok := callerOf(ctx); ok {
+		if res, sent, err := n.forwardAs(ctx, addr, caller, d); sent {
+			return res, err
+		}
+	}
 	kind := rpcApplyLeases
 	if t, ok := n.oldLeaders.Load(addr); ok && time.Since(t.(time.Time)) < oldLeaderRecheck {
 		kind = rpcApply

@@ -75,6 +75,8 @@ type Config struct {
 	noFormatsRPC bool
 	// noApplyLeasesRPC (tests only) answers rpcApplyLeases as a release before it did.
 	noApplyLeasesRPC bool
+	// noApplyAsRPC (tests only) answers rpcApplyAs as a release before it did.
+	noApplyAsRPC bool
 
 	// wrapLogStore, when set (tests only), wraps the log store so a test can make it
 	// fail the way a full disk does.

@@ -59,6 +59,10 @@ type Node struct {
 	oldLeaders  sync.Map    // leader address -> when it refused rpcApplyLeases (apply.go)
 	// leaderHandler serves CallLeader on this node while it leads (leadercall.go).
 	leaderHandler leaderHandlerSlot
+	// callerChecker checks forwarded writes that carry a caller (caller.go), and
+	// noCallerLeaders are the leaders that refused rpcApplyAs (address -> when).
+	callerChecker   callerCheckerSlot
+	noCallerLeaders sync.Map
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc

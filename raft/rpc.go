@@ -37,6 +37,10 @@ const (
 	// rpcRetire revokes a node's certificates and removes it (revoke.go); a leader of
 	// an earlier release answers "unknown request kind".
 	rpcRetire
+	// rpcApplyAs is rpcApplyLeases with the caller's identity, which the leader checks
+	// before applying (caller.go); a leader of an earlier release answers "unknown
+	// request kind", and the caller forwards the write without it.
+	rpcApplyAs
 )
 
 const (
@@ -46,6 +50,7 @@ const (
 	errCodeShutdown
 	errCodeOther
 	errCodeFormat // appended: codes are wire values shared with other releases
+	errCodeRefused
 )
 
 // maxFrame bounds a frame: a command is at most a few MiB (values ≤ 1.5 MiB by default,
@@ -99,6 +104,8 @@ func encodeErr(err error) []byte {
 		code = errCodeShutdown
 	case errors.Is(err, ErrFormatNotAgreed):
 		code = errCodeFormat
+	case errors.Is(err, ErrCallerRefused):
+		code = errCodeRefused
 	}
 	return append([]byte{1, code}, err.Error()...)
 }
@@ -120,6 +127,8 @@ func decodeErr(b []byte) error {
 		sentinel = ErrShutdown
 	case errCodeFormat:
 		sentinel = ErrFormatNotAgreed
+	case errCodeRefused:
+		sentinel = ErrCallerRefused
 	default:
 		return errors.New(msg)
 	}
@@ -157,7 +166,7 @@ func (n *Node) serveRPC(conn net.Conn) {
 func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
 	defer cancel()
-	if kind == rpcApplyLeases && n.cfg.noApplyLeasesRPC {
+	if (kind == rpcApplyLeases && n.cfg.noApplyLeasesRPC) || (kind == rpcApplyAs && n.cfg.noApplyAsRPC) {
 		kind = 0 // answered as a release before it did
 	}
 	if err := n.mayCall(peer, kind); err != nil {
@@ -175,6 +184,8 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 			return fsm.EncodeResultWithLeases(res)
 		}
 		return fsm.EncodeResult(res)
+	case rpcApplyAs:
+		return n.applyAs(ctx, body)
 	case rpcReadIndex:
 		idx, err := n.leaderReadIndex(ctx)
 		if err != nil {

@@ -4,6 +4,7 @@ package rafttest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,11 +16,41 @@ import (
 // a temp dir, waits until it leads, and closes it when the test ends.
 func Single(t testing.TB, id string) *raft.Node {
 	t.Helper()
+	n := open(t, id, nil)
+	waitUntil(t, "a leader", n.IsLeader)
+	return n
+}
+
+// Cluster starts a real cluster of size nodes (IDs n1, n2, ...) on loopback: n1
+// bootstraps, the others join it. It waits until every node sees every member and
+// closes them when the test ends. Which node leads is not fixed.
+func Cluster(t testing.TB, size int) []*raft.Node {
+	t.Helper()
+	nodes := []*raft.Node{open(t, "n1", nil)}
+	waitUntil(t, "a leader", nodes[0].IsLeader)
+	for i := 2; i <= size; i++ {
+		nodes = append(nodes, open(t, fmt.Sprintf("n%d", i), []string{nodes[0].Addr()}))
+	}
+	waitUntil(t, "every member in every node's configuration", func() bool {
+		for _, n := range nodes {
+			if len(n.Status().Members) != size {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+// open starts one node that bootstraps (join nil) or joins.
+func open(t testing.TB, id string, join []string) *raft.Node {
+	t.Helper()
 	cfg := raft.DefaultConfig()
 	cfg.NodeID = id
 	cfg.DataDir = t.TempDir()
 	cfg.BindAddr = "127.0.0.1:0"
-	cfg.Bootstrap = true
+	cfg.Bootstrap = join == nil
+	cfg.Join = join
 	cfg.HeartbeatTimeout = 300 * time.Millisecond
 	cfg.ElectionTimeout = 300 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 150 * time.Millisecond
@@ -28,12 +59,17 @@ func Single(t testing.TB, id string) *raft.Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close(context.Background()) })
+	return n
+}
+
+// waitUntil polls cond for at most 10 s.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !n.IsLeader() {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("rafttest: no leader after 10s")
+			t.Fatalf("rafttest: no %s after 10s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return n
 }
