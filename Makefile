@@ -18,13 +18,16 @@ PREV_RELEASE ?= 85d08eb
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
 
-# A one-node dev server with its data in a fresh temporary directory (printed at start).
+# A one-node dev server with its data in a fresh temporary directory (printed at start,
+# removed at a clean exit). Other ports: make run HTTP_ADDR=127.0.0.1:8370 RAFT_ADDR=127.0.0.1:8371
+HTTP_ADDR ?= 127.0.0.1:7370
+RAFT_ADDR ?= 127.0.0.1:7371
 run: build
-	./$(BIN) agent -dev -schema docs/examples/widgets-v2.yaml
+	./$(BIN) agent -dev -schema docs/examples/widgets-v2.yaml -http-addr $(HTTP_ADDR) -raft-addr $(RAFT_ADDR)
 
-# Unit, cluster (real Raft over loopback TCP) and HTTP tests; about 5 minutes on 2 cores.
+# Unit, cluster (real Raft over loopback TCP) and HTTP tests (go test runs the vet
+# checks it always runs; the full go vet is in `make lint`, which CI runs too).
 test:
-	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
 # The README's curl walkthrough (```sh readme-test blocks) run against a real `make run`
