@@ -31,9 +31,10 @@ test:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
 # The README's curl walkthrough (```sh readme-test blocks) run against a real `make run`
-# node on free ports, answers compared (cmd/keel/readme_test.go; needs curl and bash).
+# node on free ports, answers compared (cmd/keel/readme_test.go; needs curl and bash), and
+# the README's ```go blocks compiled and vetted against this tree (readme_go_test.go).
 readme-test: build
-	KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags readme -run '^TestREADMEWalkthrough$$' ./cmd/keel/
+	KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags readme -run '^TestREADME(Walkthrough|GoBlocks)$$' ./cmd/keel/
 
 # The state machine, the HTTP layer and the Raft log under the race detector (about 2 minutes on 2 cores).
 test-race:
