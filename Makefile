@@ -18,19 +18,23 @@ PREV_RELEASE ?= 85d08eb
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
 
-# A one-node dev server with its data in a fresh temporary directory (printed at start).
+# A one-node dev server with its data in a fresh temporary directory (printed at start,
+# removed at a clean exit). Other ports: make run HTTP_ADDR=127.0.0.1:8370 RAFT_ADDR=127.0.0.1:8371
+HTTP_ADDR ?= 127.0.0.1:7370
+RAFT_ADDR ?= 127.0.0.1:7371
 run: build
-	./$(BIN) agent -dev -schema docs/examples/widgets-v2.yaml
+	./$(BIN) agent -dev -schema docs/examples/widgets-v2.yaml -http-addr $(HTTP_ADDR) -raft-addr $(RAFT_ADDR)
 
-# Unit, cluster (real Raft over loopback TCP) and HTTP tests; about 5 minutes on 2 cores.
+# Unit, cluster (real Raft over loopback TCP) and HTTP tests (go test runs the vet
+# checks it always runs; the full go vet is in `make lint`, which CI runs too).
 test:
-	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
 # The README's curl walkthrough (```sh readme-test blocks) run against a real `make run`
-# node on free ports, answers compared (cmd/keel/readme_test.go; needs curl and bash).
+# node on free ports, answers compared (cmd/keel/readme_test.go; needs curl and bash), and
+# the README's ```go blocks compiled and vetted against this tree (readme_go_test.go).
 readme-test: build
-	KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags readme -run '^TestREADMEWalkthrough$$' ./cmd/keel/
+	KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags readme -run '^TestREADME(Walkthrough|GoBlocks)$$' ./cmd/keel/
 
 # The state machine, the HTTP layer and the Raft log under the race detector (about 2 minutes on 2 cores).
 test-race:

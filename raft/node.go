@@ -211,7 +211,7 @@ func (n *Node) start(ctx context.Context, dir string) error {
 		n.wg.Add(1)
 		go n.joinLoop()
 	default:
-		n.log.Warn("no raft state and neither bootstrap nor join: waiting to be added by a member")
+		n.log.Info("no raft state and neither bootstrap nor join: waiting to be added by a member (or for gossip to bootstrap)")
 	}
 	n.wg.Add(3)
 	go n.leaderLoop()

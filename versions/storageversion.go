@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -64,7 +65,10 @@ type StorageVersion struct {
 // ServerStorageVersion is one node's entry.
 type ServerStorageVersion struct {
 	NodeID string `json:"nodeID"`
-	// Incarnation tells a restarted node apart from its previous life (gossip's).
+	// Incarnation tells a restarted node apart from its previous life (gossip's). It
+	// is a random 64-bit number, above 2^53, so JavaScript's JSON.parse rounds it:
+	// treat it as opaque. It is written as a JSON number (every release reads that)
+	// and read as a number or a string, so that a later release can write a string.
 	Incarnation uint64 `json:"incarnation"`
 	// EncodingVersion is the node's preferred encoding (its schema's preferredVersion).
 	EncodingVersion string `json:"encodingVersion"`
@@ -73,6 +77,29 @@ type ServerStorageVersion struct {
 	EffectiveEncodingVersion string   `json:"effectiveEncodingVersion,omitempty"`
 	DecodableVersions        []string `json:"decodableVersions"`
 	ServedVersions           []string `json:"servedVersions"`
+}
+
+// UnmarshalJSON reads the entry with its incarnation as a JSON number or a string.
+func (s *ServerStorageVersion) UnmarshalJSON(b []byte) error {
+	type plain ServerStorageVersion
+	var v struct {
+		plain
+		Incarnation json.RawMessage `json:"incarnation"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = ServerStorageVersion(v.plain)
+	raw := strings.Trim(string(v.Incarnation), `"`)
+	if raw == "" || raw == "null" {
+		return nil
+	}
+	n, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		return fmt.Errorf("incarnation %s: not an unsigned 64-bit number", v.Incarnation)
+	}
+	s.Incarnation = n
+	return nil
 }
 
 // Condition is a Kubernetes-style condition.

@@ -38,8 +38,8 @@ policy grants read or write on key prefixes and typed resources, and operator ri
 // printToken prints a token; a secret, when there is one, goes alone on the last line
 // so that scripts can take it with tail -n 1.
 func printToken(w io.Writer, t api.ACLToken) error {
-	if global.output == "json" {
-		return printJSON(w, t)
+	if structured() {
+		return printValue(w, t)
 	}
 	fmt.Fprintf(w, "AccessorID:  %s\nPolicies:    %s\nCreated:     %s\n", t.AccessorID, strings.Join(t.Policies, ","), t.CreateTime)
 	if t.Description != "" {
@@ -147,8 +147,8 @@ func newACLTokenListCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), toks)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), toks)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ACCESSOR ID\tPOLICIES\tCREATED\tDESCRIPTION")
@@ -250,7 +250,7 @@ Operator rights: ` + strings.Join(api.OperatorRights, ", ") + `, or * for all.`,
 				if err != nil {
 					return err
 				}
-				return printJSON(cmd.OutOrStdout(), out)
+				return printValue(cmd.OutOrStdout(), out)
 			})
 		},
 	}
@@ -272,7 +272,7 @@ func newACLPolicyGetCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(cmd.OutOrStdout(), p)
+				return printValue(cmd.OutOrStdout(), p)
 			})
 		},
 	}
@@ -289,7 +289,7 @@ func newACLPolicyListCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(cmd.OutOrStdout(), ps)
+				return printValue(cmd.OutOrStdout(), ps)
 			})
 		},
 	}

@@ -18,7 +18,7 @@ import (
 // runCLI runs one keel command line in-process and returns its output and error.
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRootCmd()
+	root := newCLI()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)

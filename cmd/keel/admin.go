@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -46,7 +48,7 @@ func newTxnCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(cmd.OutOrStdout(), resp)
+				return printValue(cmd.OutOrStdout(), resp)
 			})
 		},
 	}
@@ -67,10 +69,10 @@ func newCompactCmd() *cobra.Command {
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Compact(ctx, rev)
 				if err != nil {
-					return err
+					return compactError(ctx, c, rev, err)
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), resp)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), resp)
 				}
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "compacted at revision %d (current revision %d)\n", resp.CompactRevision, resp.Revision)
 				return err
@@ -90,8 +92,8 @@ func newStatusCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), st)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), st)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "node\t%s (%s)\n", st.NodeID, st.State)
@@ -120,4 +122,26 @@ func newStatusCmd() *cobra.Command {
 			})
 		},
 	}
+}
+
+// compactError says, for a revision at or below the compact revision or above the
+// current one, what the cluster's window is: there is nothing to do below it, and
+// nothing to compact above it yet.
+func compactError(ctx context.Context, c *client.Client, rev int64, err error) error {
+	var e *client.Error
+	if !errors.As(err, &e) || (e.Code != http.StatusGone && e.Reason != api.ReasonFutureRevision) {
+		return err
+	}
+	st, serr := c.Status(ctx)
+	if serr != nil {
+		return err
+	}
+	if e.Code == http.StatusGone {
+		e.Message = fmt.Sprintf("revision %d is already compacted: the compact revision is %d (current revision %d); nothing to do",
+			rev, st.CompactRevision, st.Revision)
+	} else {
+		e.Message = fmt.Sprintf("revision %d is in the future: the current revision is %d (compacted at %d)",
+			rev, st.Revision, st.CompactRevision)
+	}
+	return e
 }

@@ -192,12 +192,13 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	if f.migrateRate == 0 {
 		return errors.New("-migrate-rate 0 would never migrate: use -no-migrate (automatic migrations off)")
 	}
+	tempDir := ""
 	if f.dev && cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "keel-dev-")
 		if err != nil {
 			return fmt.Errorf("dev data dir: %w", err)
 		}
-		cfg.DataDir = dir
+		cfg.DataDir, tempDir = dir, dir
 	}
 	if cfg.DataDir == "" {
 		return fmt.Errorf("agent: -data-dir is required (or use -dev)")
@@ -231,6 +232,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	if cfg.KV.ACLDefault == kv.ACLDeny {
 		fmt.Fprintf(os.Stdout, "ACL default deny: until `keel acl bootstrap`, this node answers only health, status and bootstrap\n")
 	}
+	if tempDir != "" {
+		fmt.Fprintf(os.Stdout, "the data dir is temporary: removed when the node stops cleanly (Ctrl-C); give -data-dir to keep the data\n")
+	}
 	if f.dev {
 		fmt.Fprintf(os.Stdout, "try: curl -X PUT http://%s/v1/kv/hello -d world && curl http://%s/v1/kv/hello?raw=true\n",
 			a.HTTPAddr(), a.HTTPAddr())
@@ -250,6 +254,11 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	defer cancel()
 	if err := a.Close(closeCtx); err != nil {
 		return err
+	}
+	if serveErr == nil && tempDir != "" {
+		if err := os.RemoveAll(tempDir); err != nil {
+			log.Warn("could not remove the temporary data dir", "dir", tempDir, "error", err)
+		}
 	}
 	return serveErr
 }

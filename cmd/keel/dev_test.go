@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -94,11 +93,11 @@ func TestDevThreeNodes(t *testing.T) {
 	base := devBasePort(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out, logs syncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- runDev(ctx, devOptions{nodes: 3, httpAddr: fmt.Sprintf("127.0.0.1:%d", base),
-			logLevel: "error", logOutput: io.Discard, startUntil: time.Minute}, &out)
+			logLevel: "warn", logOutput: &logs, startUntil: time.Minute}, &out)
 	}()
 	var addrs []string
 	for i := 0; i < 3; i++ {
@@ -151,6 +150,7 @@ func TestDevThreeNodes(t *testing.T) {
 		t.Fatalf("data dir %q: %v", dataDir, err)
 	}
 
+	logged := len(logs.String())
 	cancel() // Ctrl-C
 	select {
 	case err := <-done:
@@ -159,6 +159,11 @@ func TestDevThreeNodes(t *testing.T) {
 		}
 	case <-time.After(45 * time.Second):
 		t.Fatal("dev did not stop after Ctrl-C")
+	}
+	// A clean stop is quiet (kills: logging on at shutdown, as before: ERROR lines of
+	// the transports of nodes closing together).
+	if after := logs.String()[logged:]; strings.Contains(after, "[ERROR]") {
+		t.Errorf("Ctrl-C logged errors:\n%s", after)
 	}
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Errorf("data dir %s left behind: %v", dataDir, err)

@@ -46,8 +46,8 @@ With --watch, redraw a progress bar every second until Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), sts)
+			if structured() {
+				return printValue(cmd.OutOrStdout(), sts)
 			}
 			if len(sts) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "no key migrations: declare keyMigrations under a resource of the schema")
@@ -112,8 +112,8 @@ func newKeyStepCmd(step string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), rec)
+			if structured() {
+				return printValue(cmd.OutOrStdout(), rec)
 			}
 			if rec.RollbackTo != nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: rolling back to phase %d: the leader copies the new keys back to "+
@@ -136,7 +136,7 @@ func newKeyStepCmd(step string) *cobra.Command {
 		},
 	}
 	if step == "advance" {
-		cmd.Short = "Move a key migration one phase forward (refused, exit status 1, unless the cluster agrees)"
+		cmd.Short = "Move a key migration one phase forward (refused, exit status 3, unless the cluster agrees)"
 		cmd.Flags().IntVar(&to, "to", 0, "the target phase: must be the next one")
 		cmd.Flags().BoolVar(&wait, "wait", false, "after the step, wait until every member applies the new phase, "+
 			"so the next advance is not refused (default: on when stdout is a terminal)")

@@ -27,7 +27,8 @@ func newGetCmd() *cobra.Command {
 
   keel get config/db            the value
   keel get config/db -o json    the full record (revisions, version)
-  keel get config/ --prefix     every key under config/, page by page at one revision`,
+  keel get config/ --prefix     every key under config/, page by page at one revision
+  keel get config/ --prefix -o json   one JSON object per line (JSON lines)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient()
@@ -52,8 +53,8 @@ func newGetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), resp)
+			if structured() {
+				return printValue(cmd.OutOrStdout(), resp)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", resp.Value)
 			return err
@@ -95,9 +96,11 @@ func listPrefix(cmd *cobra.Command, c *client.Client, prefix string, opts client
 	return nil
 }
 
+// printKV prints one item of a scan: "key<TAB>value", or with -o json one JSON object
+// per line (JSON lines, as keel watch -o json), or with -o yaml one YAML list item.
 func printKV(w io.Writer, kv api.KV) error {
-	if global.output == "json" {
-		return printJSON(w, kv)
+	if structured() {
+		return printValueLine(w, kv)
 	}
 	_, err := fmt.Fprintf(w, "%s\t%s\n", kv.Key, kv.Value)
 	return err
@@ -175,8 +178,8 @@ func newDelCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), resp)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), resp)
 				}
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %d (revision %d)\n", resp.Deleted, resp.Revision)
 				return err
@@ -189,8 +192,8 @@ func newDelCmd() *cobra.Command {
 }
 
 func printRevision(cmd *cobra.Command, rev int64) error {
-	if global.output == "json" {
-		return printJSON(cmd.OutOrStdout(), api.PutResponse{Revision: rev})
+	if structured() {
+		return printValue(cmd.OutOrStdout(), api.PutResponse{Revision: rev})
 	}
 	_, err := fmt.Fprintf(cmd.OutOrStdout(), "revision %d\n", rev)
 	return err

@@ -57,13 +57,17 @@ func newLeaseGrantCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("TTL %q: want a duration such as 10s", args[0])
 			}
+			if ttl < time.Second {
+				return fmt.Errorf("TTL %s: a lease lives at least 1s (TTLs are whole seconds, so %s would round down to %ds)",
+					args[0], args[0], int64(ttl/time.Second))
+			}
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				g, err := c.Grant(ctx, ttl)
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), g)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), g)
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), g.ID)
 				return nil
@@ -94,8 +98,8 @@ func newLeaseKeepAliveCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), r)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), r)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "lease %d kept alive, ttl %ds\n", id, r.TTL)
 				return nil
@@ -127,8 +131,8 @@ func newLeaseRevokeCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), r)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), r)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "lease %d revoked, %d keys deleted at revision %d\n", id, r.Deleted, r.Revision)
 				return nil
@@ -148,8 +152,8 @@ func newLeaseListCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), ls)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), ls)
 				}
 				for _, l := range ls {
 					fmt.Fprintf(cmd.OutOrStdout(), "%d\t%ds\n", l.ID, l.GrantedTTL)
@@ -172,7 +176,9 @@ fails. COMMAND gets the lock's fencing revision in KEEL_LOCK_REVISION: it strict
 increases from one holder to the next, so a resource that records the highest one it
 has seen can refuse a stale holder.
 
-  keel lock locks/backup -- ./backup.sh`,
+  keel lock locks/backup -- ./backup.sh
+
+keel lock exits with COMMAND's exit status (1 when keel itself fails).`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
@@ -203,6 +209,10 @@ has seen can refuse a stale holder.
 			go func() { waited <- run.Wait() }()
 			select {
 			case err = <-waited:
+				var exit *exec.ExitError
+				if errors.As(err, &exit) && exit.ExitCode() > 0 {
+					err = &childExit{code: exit.ExitCode()} // keel exits with COMMAND's status
+				}
 			case <-s.Done():
 				run.Process.Kill()
 				<-waited

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -66,7 +67,7 @@ func newTransferLeaderCmd() *cobra.Command {
 				return err
 			}
 			if err := c.TransferLeader(ctx, id); err != nil {
-				return err
+				return transferError(ctx, c, id, err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "leadership transferred")
 			return nil
@@ -85,8 +86,8 @@ func newMembersCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), api.MembersResponse{Members: members})
+				if structured() {
+					return printValue(cmd.OutOrStdout(), api.MembersResponse{Members: members})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tGOSSIP\tSUFFRAGE\tLEADER\tAPPLIED\tTRAILING\tLAST CHANGE\tRELEASE")
@@ -105,4 +106,30 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// transferError names what is wrong with ID when the cluster refuses to hand it
+// leadership: not a member at all, or a member that cannot lead (a non-voter).
+func transferError(ctx context.Context, c *client.Client, id string, err error) error {
+	if id == "" || !client.IsBadRequest(err) {
+		return err
+	}
+	members, merr := c.Members(ctx)
+	if merr != nil {
+		return err
+	}
+	var voters []string
+	for _, m := range members {
+		if m.ID == id && m.Suffrage != "Voter" {
+			return fmt.Errorf("transfer-leader: %s is a member but not a voter (%s): only a voter can lead", id, m.Suffrage)
+		}
+		if m.ID == id {
+			return err // a voter the cluster still refused: its message says why
+		}
+		if m.Suffrage == "Voter" {
+			voters = append(voters, m.ID)
+		}
+	}
+	return fmt.Errorf("transfer-leader: %s is not a voter of this cluster (voters: %s; keel members lists them)",
+		id, strings.Join(voters, ", "))
 }

@@ -3,25 +3,30 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 )
 
 func main() {
-	root := newRootCmd()
+	root := newCLI()
 	root.SetArgs(normalizeArgs(root, os.Args[1:]))
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, errorLine(err))
+		var child *childExit
+		if errors.As(err, &child) {
+			os.Exit(child.code) // the command said why on its own stderr
+		}
+		fmt.Fprintln(os.Stderr, errorLine(explain(err)))
 		os.Exit(exitCode(err))
 	}
 }
 
 // errorLine is what the CLI prints for err: one "keel:" prefix, whether or not the
-// error (the Go client's do) already carries it.
+// error (the Go client's do, a usage line "keel get KEY: ...") already carries it.
 func errorLine(err error) string {
 	msg := err.Error()
-	if strings.HasPrefix(msg, "keel: ") {
+	if strings.HasPrefix(msg, "keel: ") || strings.HasPrefix(msg, "keel ") {
 		return msg
 	}
 	return "keel: " + msg

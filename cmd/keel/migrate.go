@@ -35,8 +35,8 @@ With --watch, draw a progress bar per resource, refreshed every second, until Ct
 			if err != nil {
 				return err
 			}
-			if global.output == "json" {
-				return printJSON(cmd.OutOrStdout(), migs)
+			if structured() {
+				return printValue(cmd.OutOrStdout(), migs)
 			}
 			printMigrations(cmd.OutOrStdout(), migs)
 			return nil
@@ -75,8 +75,8 @@ func migrateActionCmd(use, short string, start bool) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), st)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), st)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", st.Resource, describeMigration(st))
 				return nil
@@ -119,8 +119,8 @@ Until first changed they come from the leader's -no-migrate and -migrate-rate fl
 						return err
 					}
 				}
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), s)
+				if structured() {
+					return printValue(cmd.OutOrStdout(), s)
 				}
 				r := fmt.Sprintf("%d objects/s", s.Rate)
 				if s.Rate < 0 {

@@ -55,8 +55,8 @@ to the old one.`,
 					cmd.SilenceUsage = true
 					return fmt.Errorf("%s: %w", addr, err)
 				}
-				if global.output == "json" {
-					if err := printJSON(cmd.OutOrStdout(), ch); err != nil {
+				if structured() {
+					if err := printValue(cmd.OutOrStdout(), ch); err != nil {
 						return err
 					}
 					continue

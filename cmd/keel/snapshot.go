@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/keel-kv/keel/kv/client"
 )
@@ -31,7 +37,9 @@ func newSnapshotCmd() *cobra.Command {
 					return err
 				}
 				defer os.Remove(tmp.Name())
-				n, err := io.Copy(tmp, body)
+				bar := newBytesBar(os.Stderr, -1, "saving "+args[0])
+				n, err := io.Copy(io.MultiWriter(tmp, bar), body)
+				bar.done()
 				if err == nil {
 					err = tmp.Sync()
 				}
@@ -49,14 +57,18 @@ func newSnapshotCmd() *cobra.Command {
 			})
 		},
 	})
-	var forceForeign bool
+	var forceForeign, yes bool
 	restore := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Replace the whole cluster's state with a saved snapshot (disaster recovery)",
 		Long: `Replace the whole cluster's state with a snapshot saved by 'keel snapshot save'.
 The file is checked completely before anything changes. Only the leader restores: list
 every node in -addr and the command finds it. A snapshot of another cluster is refused
-unless -force-foreign.`,
+unless -force-foreign.
+
+Every key, lease and ACL of the cluster is replaced, so the command asks first when
+standard input is a terminal; --yes (-y) answers for it, and without a terminal it
+is required.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
@@ -65,7 +77,16 @@ unless -force-foreign.`,
 					return err
 				}
 				defer f.Close()
-				err = c.RestoreSnapshotWith(ctx, f, client.RestoreOptions{ForceForeign: forceForeign})
+				if err := confirmRestore(cmd.InOrStdin(), cmd.ErrOrStderr(), stdinIsTerminal(cmd), yes, args[0]); err != nil {
+					return err
+				}
+				var size int64 = -1
+				if fi, err := f.Stat(); err == nil {
+					size = fi.Size()
+				}
+				bar := newBytesBar(os.Stderr, size, "restoring "+args[0])
+				err = c.RestoreSnapshotWith(ctx, &barReader{f: f, bar: bar}, client.RestoreOptions{ForceForeign: forceForeign})
+				bar.done()
 				switch {
 				case err == nil:
 					fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s\n", args[0])
@@ -77,7 +98,84 @@ unless -force-foreign.`,
 			})
 		},
 	}
+	restore.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask before replacing the cluster's state (required without a terminal)")
 	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a snapshot saved by another cluster (its data replaces this cluster's)")
 	cmd.AddCommand(restore)
 	return cmd
+}
+
+// errRestoreUnconfirmed refuses a restore nobody confirmed.
+var errRestoreUnconfirmed = errors.New("snapshot restore replaces every key, lease and ACL of the cluster: " +
+	"give --yes to confirm (there is no terminal to ask on)")
+
+// confirmRestore asks on a terminal before a restore replaces the cluster's state
+// (etcdctl and Consul warn too); yes skips the question, and without a terminal yes
+// is required.
+func confirmRestore(in io.Reader, out io.Writer, terminal, yes bool, file string) error {
+	if yes {
+		return nil
+	}
+	if !terminal {
+		return errRestoreUnconfirmed
+	}
+	fmt.Fprintf(out, "Replace the whole cluster's state (every key, lease and ACL) with %s? [y/N] ", file)
+	answer, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return nil
+	}
+	return errors.New("snapshot restore: not confirmed; nothing changed")
+}
+
+// stdinIsTerminal reports whether the command's standard input is a terminal.
+func stdinIsTerminal(cmd *cobra.Command) bool {
+	f, ok := cmd.InOrStdin().(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// bytesBar is a progress bar of bytes on a terminal, and nothing elsewhere (a pipe or
+// a log file gets no control characters).
+type bytesBar struct{ bar *progressbar.ProgressBar }
+
+func newBytesBar(w *os.File, size int64, what string) *bytesBar {
+	if !term.IsTerminal(int(w.Fd())) {
+		return &bytesBar{}
+	}
+	return &bytesBar{bar: progressbar.NewOptions64(size, progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what), progressbar.OptionShowBytes(true), progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())}
+}
+
+func (b *bytesBar) Write(p []byte) (int, error) {
+	if b.bar != nil {
+		b.bar.Write(p)
+	}
+	return len(p), nil
+}
+
+func (b *bytesBar) done() {
+	if b.bar != nil {
+		b.bar.Finish()
+	}
+}
+
+// barReader reads a snapshot file for a restore, moving its bar (a seek, when the
+// restore moves on to another node, moves it back).
+type barReader struct {
+	f   *os.File
+	bar *bytesBar
+}
+
+func (r *barReader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	r.bar.Write(p[:n])
+	return n, err
+}
+
+func (r *barReader) Seek(off int64, whence int) (int64, error) {
+	pos, err := r.f.Seek(off, whence)
+	if err == nil && r.bar.bar != nil {
+		r.bar.bar.Set64(pos)
+	}
+	return pos, err
 }

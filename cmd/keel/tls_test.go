@@ -28,7 +28,7 @@ func runKeel(t *testing.T, dir string, args ...string) (string, error) {
 		t.Fatal(err)
 	}
 	defer os.Chdir(wd)
-	root := newRootCmd()
+	root := newCLI()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
@@ -124,7 +124,7 @@ func TestAgentReloadsCertificatesOnSIGHUP(t *testing.T) {
 	}
 	httpAddr := freeport.Addr()
 	caFile := filepath.Join(dir, "keel-ca.pem")
-	root := newRootCmd()
+	root := newCLI()
 	root.SetArgs(normalizeArgs(root, []string{"agent", "-node-id", "n1", "-data-dir", filepath.Join(dir, "data"),
 		"-http-addr", httpAddr, "-raft-addr", freeport.Addr(), "-bootstrap", "-log-level", "warn",
 		"-ca-file", caFile, "-cert-file", filepath.Join(dir, "n1.pem"), "-key-file", filepath.Join(dir, "n1-key.pem")}))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -30,16 +31,22 @@ func newTopCmd() *cobra.Command {
 role, gossip health, release, applied index and lag; each node's writes per second and
 99th-percentile request latency over the last interval (from its /metrics); the
 revision and the compaction point; and a progress bar per storage-version migration.
-It fits an 80-column terminal.`,
+It fits an 80-column terminal. Each node's /metrics is read with the same CA,
+certificate, key and token as every other command. With -o json (or yaml) each frame
+is one JSON object per line (a YAML list item), and the screen is not cleared.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newClient()
 			if err != nil {
 				return err
 			}
+			scrapeOpts, err := scrapeOptions()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			return runTop(ctx, c, cmd.OutOrStdout(), once)
+			return runTop(ctx, c, scrapeOpts, cmd.OutOrStdout(), once)
 		},
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "draw one frame (after one second of measuring) and exit")
@@ -150,24 +157,18 @@ func shortDuration(d time.Duration) string {
 }
 
 // runTop redraws a frame every second until ctx is done (once: one frame).
-func runTop(ctx context.Context, c *client.Client, w io.Writer, once bool) error {
+func runTop(ctx context.Context, c *client.Client, scrapeOpts client.Options, w io.Writer, once bool) error {
 	prev := map[string]scrape{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for first := true; ; first = false {
-		f := collectTop(ctx, c, prev)
+		f := collectTop(ctx, c, scrapeOpts, prev)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if !first || !once {
-			var b bytes.Buffer
-			if !once {
-				b.WriteString("\x1b[H\x1b[2J") // home, clear
-			}
-			renderTop(&b, f)
-			w.Write(b.Bytes())
-			if once {
-				return f.Err
+			if err := drawTop(w, f, once); err != nil || once {
+				return err
 			}
 		}
 		select {
@@ -178,9 +179,72 @@ func runTop(ctx context.Context, c *client.Client, w io.Writer, once bool) error
 	}
 }
 
+// drawTop writes one frame: a redrawn screen, or with -o json/yaml one record.
+func drawTop(w io.Writer, f topFrame, once bool) error {
+	if structured() {
+		err := printValueLine(w, topRecord(f))
+		if once {
+			return errors.Join(err, f.Err)
+		}
+		return err
+	}
+	var b bytes.Buffer
+	if !once {
+		b.WriteString("\x1b[H\x1b[2J") // home, clear
+	}
+	renderTop(&b, f)
+	_, err := w.Write(b.Bytes())
+	if once {
+		return errors.Join(err, f.Err)
+	}
+	return err
+}
+
+// topNode is one member's line of `keel top -o json`.
+type topNode struct {
+	api.MemberInfo
+	WritesPerSec *float64 `json:"writes_per_sec,omitempty"`
+	P99Seconds   *float64 `json:"p99_seconds,omitempty"`
+	ScrapeError  string   `json:"scrape_error,omitempty"`
+}
+
+// topJSON is one frame of `keel top -o json`.
+type topJSON struct {
+	Addr            string                `json:"addr"`
+	Time            time.Time             `json:"time"`
+	Revision        int64                 `json:"revision"`
+	CompactRevision int64                 `json:"compact_revision"`
+	Members         []topNode             `json:"members"`
+	Migrations      []api.MigrationStatus `json:"migrations,omitempty"`
+	Error           string                `json:"error,omitempty"`
+}
+
+func topRecord(f topFrame) topJSON {
+	r := topJSON{Addr: f.Addr, Time: f.Now, Migrations: f.Migrations, Members: []topNode{}}
+	if f.Status != nil {
+		r.Revision, r.CompactRevision = f.Status.Revision, f.Status.CompactRevision
+	}
+	if f.Err != nil {
+		r.Error = f.Err.Error()
+	}
+	for _, m := range f.Members {
+		n := topNode{MemberInfo: m}
+		if rt, ok := f.Nodes[m.HTTPAddr]; ok {
+			if rt.Err != nil {
+				n.ScrapeError = rt.Err.Error()
+			} else {
+				wps, p99 := rt.WritesPerSec, rt.P99.Seconds()
+				n.WritesPerSec, n.P99Seconds = &wps, &p99
+			}
+		}
+		r.Members = append(r.Members, n)
+	}
+	return r
+}
+
 // collectTop asks the cluster for one frame; prev holds each node's last scrape and
 // is updated.
-func collectTop(ctx context.Context, c *client.Client, prev map[string]scrape) topFrame {
+func collectTop(ctx context.Context, c *client.Client, scrapeOpts client.Options, prev map[string]scrape) topFrame {
 	ctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 	defer cancel()
 	f := topFrame{Addr: global.addr, Now: time.Now(), Nodes: map[string]nodeRates{}}
@@ -193,6 +257,11 @@ func collectTop(ctx context.Context, c *client.Client, prev map[string]scrape) t
 		f.Err = err
 	}
 	f.Migrations, _ = c.Migrations(ctx) // none, or a release without the migrator
+	for i, m := range f.Members {
+		if m.HTTPAddr == "" && m.ID == f.Status.NodeID && !strings.Contains(global.addr, ",") {
+			f.Members[i].HTTPAddr = global.addr // no gossip to tell it, but -addr is this node's
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range f.Members {
@@ -202,7 +271,7 @@ func collectTop(ctx context.Context, c *client.Client, prev map[string]scrape) t
 		wg.Add(1)
 		go func(addr string) {
 			defer wg.Done()
-			s, err := scrapeNode(ctx, addr)
+			s, err := scrapeNode(ctx, addr, scrapeOpts)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -219,8 +288,18 @@ func collectTop(ctx context.Context, c *client.Client, prev map[string]scrape) t
 	return f
 }
 
-func scrapeNode(ctx context.Context, addr string) (scrape, error) {
-	nc, err := client.New([]string{addr}, client.Options{MaxRetries: -1})
+// scrapeOptions are the client settings of a /metrics scrape: the CLI's TLS files and
+// token (a secure cluster answers /metrics only to them), and no retries.
+func scrapeOptions() (client.Options, error) {
+	tlsCfg, err := clientTLS()
+	if err != nil {
+		return client.Options{}, err
+	}
+	return client.Options{MaxRetries: -1, TLS: tlsCfg, Token: global.token}, nil
+}
+
+func scrapeNode(ctx context.Context, addr string, opts client.Options) (scrape, error) {
+	nc, err := client.New([]string{addr}, opts)
 	if err != nil {
 		return scrape{}, err
 	}

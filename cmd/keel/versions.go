@@ -34,8 +34,8 @@ func newVersionsCmd() *cobra.Command {
 				}
 				// A node of a release without the migrator has no /v1/migrations: no line.
 				migs, _ := c.Migrations(ctx)
-				if global.output == "json" {
-					return printJSON(cmd.OutOrStdout(), struct {
+				if structured() {
+					return printValue(cmd.OutOrStdout(), struct {
 						versions.Report
 						Migrations []migrate.Status `json:"migrations"`
 					}{*rep, migs})
@@ -148,8 +148,8 @@ Exits with status 1 when it is not safe.`,
 					return err
 				}
 				findings := versions.CheckUpgrade(s, rep)
-				if global.output == "json" {
-					if err := printJSON(cmd.OutOrStdout(), findings); err != nil {
+				if structured() {
+					if err := printValue(cmd.OutOrStdout(), findings); err != nil {
 						return err
 					}
 				} else {
@@ -203,9 +203,21 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print keel's release and the log formats it applies",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if structured() {
+				return printValue(cmd.OutOrStdout(), versionInfo{Release: buildinfo.Version(),
+					MinCommandFormat: int(fsm.MinCommandFormat), MaxCommandFormat: int(fsm.MaxCommandFormat), Go: runtime.Version()})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "keel %s (command formats %d..%d, %s)\n", buildinfo.Version(),
 				fsm.MinCommandFormat, fsm.MaxCommandFormat, runtime.Version())
 			return nil
 		},
 	}
+}
+
+// versionInfo is `keel version -o json`.
+type versionInfo struct {
+	Release          string `json:"release"`
+	MinCommandFormat int    `json:"min_command_format"`
+	MaxCommandFormat int    `json:"max_command_format"`
+	Go               string `json:"go"`
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"os/signal"
 	"syscall"
 
@@ -43,7 +43,7 @@ not apply); stop it with Ctrl-C.
 			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			enc := json.NewEncoder(out)
+			noteFutureRevision(ctx, c, cmd.ErrOrStderr(), revision)
 			for ev := range c.Watch(ctx, args[0], client.WatchOptions{Key: key, StartRevision: revision, PrevKV: prevKV,
 				RequireLeader: requireLeader}) {
 				switch {
@@ -53,12 +53,12 @@ not apply); stop it with Ctrl-C.
 					}
 					return ev.Err
 				case ev.Type == api.EventProgress && !progress:
-				case global.output == "json":
+				case structured():
 					line := api.WatchEvent{Type: ev.Type, Revision: ev.Revision, PrevKV: ev.PrevKV}
 					if ev.Type != api.EventProgress {
 						line.KV = &ev.KV
 					}
-					if err := enc.Encode(line); err != nil {
+					if err := printValueLine(out, line); err != nil {
 						return err
 					}
 				case ev.Type == api.EventPut:
@@ -79,4 +79,20 @@ not apply); stop it with Ctrl-C.
 	f.BoolVar(&requireLeader, "require-leader", true, "move off a node that loses contact with the leader instead of falling behind with it")
 	f.Int64Var(&revision, "revision", 0, "first revision to print (0 = after the latest); must be above the compact revision")
 	return cmd
+}
+
+// noteFutureRevision says so when a watch starts beyond the next revision: it waits,
+// silent, until the cluster gets there, which looks like a hang.
+func noteFutureRevision(ctx context.Context, c *client.Client, w io.Writer, start int64) {
+	if start <= 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, global.timeout)
+	defer cancel()
+	st, err := c.Status(sctx)
+	if err != nil || start <= st.Revision+1 {
+		return // the watch itself reports what is wrong
+	}
+	fmt.Fprintf(w, "note: revision %d is in the future: the current revision is %d; "+
+		"the watch prints nothing until the cluster reaches revision %d\n", start, st.Revision, start)
 }

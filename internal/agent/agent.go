@@ -98,7 +98,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, serveErr: make(chan error, 1), left: make(chan struct{}),
 		incarnation: membership.NewIncarnation(), tls: tlsr}
 	if cfg.Insecure {
-		log.Warn("INSECURE: -insecure given: every port is plain text and unauthenticated; anyone who reaches them can read and change all data")
+		log.Warn("INSECURE: no TLS (-insecure or -dev): every port is plain text and unauthenticated; anyone who reaches them can read and change all data")
 	}
 	if err := a.start(ctx); err != nil {
 		// One path unwinds any partial start: Close checks every part.
