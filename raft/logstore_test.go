@@ -17,6 +17,7 @@ import (
 	hraft "github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/raft/wal"
 )
 
@@ -165,6 +166,18 @@ func testLeaderLogFailure(t *testing.T, fault string) {
 	}
 	if err := os.WriteFile(controls[victim.cfg.NodeID], []byte(fault), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if fault == "sync" {
+		// The first write meets the failing fdatasync on the leader itself: its answer
+		// must be "unknown", before any retry could apply it elsewhere.
+		d, err := fsm.EncodeCommand(putCmd("first", "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := victim.applyLocal(d); !errors.Is(err, ErrTimeout) || errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a write on the failing leader answered %v, want ErrTimeout (outcome unknown)", err)
+		}
+		unknown["first"] = true
 	}
 	for i := range 8 {
 		k := fmt.Sprintf("during-%d", i)

@@ -63,7 +63,7 @@ var mutations = append([]Mutation{
 		File: "raft/wal/recover.go", Pkg: "./raft/wal/", Run: "Linear",
 		Old: "if budget -= size; budget < 0 {", New: "if budget -= size; false {"},
 	{Name: "raft-failed-store-not-applied", Bug: "an append on a failed log store is answered \"not applied\"",
-		File: "raft/apply.go", Pkg: "./raft/", Run: "FailedAppendOutcome",
+		File: "raft/apply.go", Pkg: "./raft/", Run: "FailedAppendOutcome|LeaderLogFailure",
 		Old: "\t\treturn nil, n.mapApplyErr(err)", New: "\t\treturn nil, mapRaftErr(err)"},
 	// The upgrade test's find: sealed continue tokens before every voter reads them.
 	{Name: "token-sealed-too-early", Bug: "sealed continue tokens are issued while an older voter cannot read them",
