@@ -34,7 +34,7 @@ const (
 	RightMembers       = "members"        // GET /v1/agent/members, /v1/versions
 	RightPeers         = "peers"          // remove a peer, make a node leave
 	RightLeadership    = "leadership"     // transfer leadership
-	RightSnapshot      = "snapshot"       // snapshot save and restore
+	RightSnapshot      = "snapshot"       // snapshot save (a restore needs RightAll: management)
 	RightSchema        = "schema"         // apply a schema
 	RightMigrations    = "migrations"     // storage-version migrations and their settings
 	RightKeyMigrations = "key-migrations" // phased key migrations
