@@ -64,6 +64,7 @@ type agentFlags struct {
 	versionGCAfter                                           time.Duration
 	caFile, certFile, keyFile, crlFile                       string
 	verifyClients, insecure                                  bool
+	verifyClientsSet                                         bool // -verify-clients given explicitly
 	aclDefault                                               string
 }
 
@@ -88,7 +89,10 @@ addresses, and one command line serves first start, restart and scale-out:
 
   keel agent -data-dir D -gossip-addr 127.0.0.1:7372 -bootstrap-expect 3 -join 127.0.0.1:7382,127.0.0.1:7392 $TLS -encrypt KEY`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.verifyClientsSet = cmd.Flags().Changed("verify-clients")
+			return runAgent(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.nodeID, "node-id", "", "node ID (default: stored in the data dir, or generated)")
@@ -123,7 +127,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.certFile, "cert-file", "", "this node's certificate (PEM), made with keel tls cert create -node ID; its ID is the node's")
 	fl.StringVar(&f.keyFile, "key-file", "", "key of -cert-file (PEM)")
 	fl.StringVar(&f.crlFile, "crl-file", "", "the CA's certificate revocation list (PEM or DER, signed by -ca-file): a listed certificate is refused on every port (SIGHUP reloads it)")
-	fl.BoolVar(&f.verifyClients, "verify-clients", false, "HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME)")
+	fl.BoolVar(&f.verifyClients, "verify-clients", true, "with TLS, HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME); -verify-clients=false lets any client reach the HTTP port, and the first to call keel acl bootstrap owns the cluster")
 	fl.BoolVar(&f.insecure, "insecure", false, "run without TLS outside -dev: every port plain text, open to anyone who reaches it")
 	fl.StringVar(&f.aclDefault, "acl-default", "", "what a cluster answers before keel acl bootstrap, `allow|deny` (deny: only health, status and bootstrap; default deny, allow with -dev)")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
@@ -265,7 +269,9 @@ var errNoTLS = errors.New("agent: no TLS configured, and keel does not run a clu
 // -insecure says so.
 func securityConfig(cfg *agent.Config, f agentFlags) error {
 	cfg.TLS = tlsutil.Files{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, CRLFile: f.crlFile}
-	cfg.VerifyClients = f.verifyClients
+	// On by default with TLS (the first client to reach the port could otherwise win
+	// the ACL bootstrap); asked for explicitly without TLS it is refused (Validate).
+	cfg.VerifyClients = f.verifyClients && (cfg.TLS.Enabled() || f.verifyClientsSet)
 	switch {
 	case cfg.TLS.Enabled() && f.insecure:
 		return errors.New("agent: -insecure and -ca-file/-cert-file/-key-file are exclusive: choose one")

@@ -220,7 +220,7 @@ func collectTop(ctx context.Context, c *client.Client, prev map[string]scrape) t
 }
 
 func scrapeNode(ctx context.Context, addr string) (scrape, error) {
-	nc, err := client.New([]string{addr}, client.Options{MaxRetries: -1})
+	nc, err := newClientOf([]string{addr}, client.Options{MaxRetries: -1})
 	if err != nil {
 		return scrape{}, err
 	}
