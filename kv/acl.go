@@ -74,7 +74,9 @@ type aclToken struct {
 
 // loadACLState reads the ACL records of view at its latest revision. A record that
 // does not decode is skipped (and cannot grant anything).
-func loadACLState(view *fsm.View) (*aclState, error) {
+// Every authorizer it makes checks raw reads of typed resources against guard (nil:
+// no resources).
+func loadACLState(view *fsm.View, guard resourceGuard) (*aclState, error) {
 	rev := view.Revision()
 	kvs, _, err := view.Range([]byte(aclPrefix), fsm.PrefixEnd([]byte(aclPrefix)), rev, 0)
 	if err != nil {
@@ -106,6 +108,7 @@ func loadACLState(view *fsm.View) (*aclState, error) {
 	for _, t := range toks {
 		t.authz = st.authorizerFor(t.rec)
 		t.authz.hash = t.hash
+		t.authz.guard = guard
 		st.tokens[t.hash] = t
 	}
 	return st, nil
@@ -148,6 +151,7 @@ type authorizer struct {
 	keys      []api.ACLKeyRule
 	resources []api.ACLResourceRule
 	operator  map[string]bool
+	guard     resourceGuard // typed resources' key ranges (acl_resources.go); nil: none
 }
 
 func grants(access string, write bool) bool {
@@ -175,6 +179,9 @@ func (a *authorizer) key(key []byte, write bool) bool {
 	if bytes.HasPrefix(key, []byte(aclPrefix)) && !a.right(api.RightACL) {
 		return false
 	}
+	if a.guardedKey(key, write) {
+		return false
+	}
 	for _, r := range a.keys {
 		if grants(r.Access, write) && bytes.HasPrefix(key, []byte(r.Prefix)) {
 			return true
@@ -190,6 +197,9 @@ func (a *authorizer) span(start, end []byte, write bool) bool {
 		return true
 	}
 	if overlaps(start, end, []byte(aclPrefix)) && !a.right(api.RightACL) {
+		return false
+	}
+	if a.guardedSpan(start, end, write) {
 		return false
 	}
 	for _, r := range a.keys {
@@ -235,9 +245,10 @@ func (a *authorizer) nextReadable(key, end []byte) []byte {
 	if a == nil {
 		return key
 	}
-	// Twice at most: a candidate inside the ACL records (without the acl right) moves
-	// past them, and the next one found from there is readable.
-	for range 3 {
+	// Each round returns, or moves past the ACL records (without the acl right) or a
+	// resource's range the token may not read, or to the next rule's prefix: bounded
+	// by the number of those.
+	for range 3 + len(a.keys) + a.guardCount() {
 		if len(end) > 0 && bytes.Compare(key, end) >= 0 {
 			return nil
 		}
@@ -247,6 +258,12 @@ func (a *authorizer) nextReadable(key, end []byte) []byte {
 		var next []byte
 		if bytes.HasPrefix(key, []byte(aclPrefix)) && !a.right(api.RightACL) {
 			next = fsm.PrefixEnd([]byte(aclPrefix))
+		} else if past := a.pastGuarded(key); past != nil {
+			if len(past) == 0 {
+				return nil
+			}
+			key = past
+			continue
 		}
 		for _, r := range a.keys {
 			p := []byte(r.Prefix)
@@ -375,7 +392,7 @@ func (s *Server) reloadACL(ctx context.Context, c fsm.Consistency) (*aclState, e
 	if err != nil {
 		return nil, err
 	}
-	st, err := loadACLState(view)
+	st, err := loadACLState(view, s.resourceGuard)
 	if err != nil {
 		return nil, err
 	}
