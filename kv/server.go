@@ -58,6 +58,8 @@ type Server struct {
 	watches atomic.Int64
 	// watchSlots counts the watches of each token (watchlimits.go).
 	watchSlots watchSlots
+	// leaseOwners counts each token's leases granted through this node (leaselimits.go).
+	leaseOwners leaseOwners
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
 	conns     atomic.Int64

@@ -47,6 +47,7 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 // limitFlags are the connection, request and watch bounds of kv.Config (kv/connlimits.go).
 type limitFlags struct {
 	conns, clientConns, inFlight, streamInFlight, watches, streamWatches, tokenWatches int
+	leases, tokenLeases                                                                int
 }
 
 type agentFlags struct {
@@ -117,6 +118,8 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.IntVar(&f.limits.watches, "max-watches", def.KV.MaxWatches, "watches the node serves at once; one more is answered 429")
 	fl.IntVar(&f.limits.streamWatches, "max-stream-watches", def.KV.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
 	fl.IntVar(&f.limits.tokenWatches, "max-watches-per-token", def.KV.MaxWatchesPerToken, "watches one ACL token holds on the node at once, over HTTP and streams (0: only -max-watches); one more is answered 429")
+	fl.IntVar(&f.limits.leases, "max-leases", def.KV.MaxLeases, "live leases of the whole cluster (0: no bound); a grant beyond it is answered 429")
+	fl.IntVar(&f.limits.tokenLeases, "max-leases-per-token", def.KV.MaxLeasesPerToken, "live leases one ACL token granted through this node (0: only -max-leases); one more is answered 429")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
 	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis; SIGHUP re-reads it (see keel schema apply)")
 	fl.BoolVar(&f.noMigrate, "no-migrate", false, "initial cluster-wide setting: migrations start only when asked (keel migrate start); see keel migrate settings")
@@ -165,6 +168,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.KV.MaxConns, cfg.KV.MaxInFlight, cfg.KV.MaxStreamInFlight = f.limits.conns, f.limits.inFlight, f.limits.streamInFlight
 	cfg.KV.MaxWatches, cfg.KV.MaxStreamWatches = f.limits.watches, f.limits.streamWatches
 	cfg.KV.MaxWatchesPerToken, cfg.KV.MaxConnsPerClient = f.limits.tokenWatches, f.limits.clientConns
+	cfg.KV.MaxLeases, cfg.KV.MaxLeasesPerToken = f.limits.leases, f.limits.tokenLeases
 	switch f.aclDefault {
 	case "":
 		cfg.KV.ACLDefault = kv.ACLDeny
