@@ -2,7 +2,8 @@ package raft
 
 import (
 	"net"
-	"sync"
+
+	"github.com/keel-kv/keel/internal/connlimit"
 )
 
 // Connection bounds of the raft port, so that a flood of connections (idle ones will
@@ -25,69 +26,20 @@ const (
 	maxPendingPerSource   = 16
 )
 
-// connCounter counts connections in total and by source address.
-type connCounter struct {
-	mu        sync.Mutex
-	max       int
-	perSource int
-	total     int
-	n         map[string]int
-}
-
-func newConnCounter(max, perSource int) *connCounter {
-	return &connCounter{max: max, perSource: perSource, n: map[string]int{}}
-}
-
-// take counts one more connection of src unless a bound is reached.
-func (c *connCounter) take(src string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.total >= c.max || c.n[src] >= c.perSource {
-		return false
-	}
-	c.total++
-	c.n[src]++
-	return true
-}
-
-func (c *connCounter) give(src string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.total--
-	if c.n[src]--; c.n[src] <= 0 {
-		delete(c.n, src)
-	}
-}
-
 // admit counts a newly accepted connection as open and pending, or closes it when a
 // bound is reached (false). The returned connection gives its open slot back when
-// closed; the caller gives the pending slot back (m.pending.give) once the peer has
+// closed; the caller gives the pending slot back (m.pending.Give) once the peer has
 // authenticated and said what it carries.
 func (m *mux) admit(conn net.Conn) (net.Conn, string, bool) {
-	src := conn.RemoteAddr().String()
-	if host, _, err := net.SplitHostPort(src); err == nil {
-		src = host
-	}
-	if !m.open.take(src) {
+	src := connlimit.Source(conn)
+	if !m.pending.Take(src) {
 		conn.Close()
 		return nil, "", false
 	}
-	if !m.pending.take(src) {
-		m.open.give(src)
-		conn.Close()
+	conn, ok := m.open.Admit(conn)
+	if !ok {
+		m.pending.Give(src)
 		return nil, "", false
 	}
-	return &countedConn{Conn: conn, release: sync.OnceFunc(func() { m.open.give(src) })}, src, true
-}
-
-// countedConn gives its open slot back when closed.
-type countedConn struct {
-	net.Conn
-	release func()
-}
-
-func (c *countedConn) Close() error {
-	err := c.Conn.Close()
-	c.release()
-	return err
+	return conn, src, true
 }

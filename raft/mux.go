@@ -8,6 +8,8 @@ import (
 	"time"
 
 	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/internal/connlimit"
 )
 
 // The first byte of every connection to the raft port says what it carries.
@@ -38,7 +40,7 @@ type mux struct {
 	// need no cutting: membership is checked on every request.
 	accepted peerConns
 	// open and pending bound the accepted connections (connlimit.go).
-	open, pending *connCounter
+	open, pending *connlimit.Counter
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -58,7 +60,7 @@ func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP,
 	idOf func(string) string, gate peerGate) *mux {
 	return &mux{ln: ln, advertise: advertise, raftConns: make(chan net.Conn, 16), rpc: rpc,
 		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf, gate: gate,
-		open: newConnCounter(maxPortConns, maxPortConnsPerSource), pending: newConnCounter(maxPendingConns, maxPendingPerSource)}
+		open: connlimit.New(maxPortConns, maxPortConnsPerSource), pending: connlimit.New(maxPendingConns, maxPendingPerSource)}
 }
 
 func (m *mux) start() { go m.acceptLoop() }
@@ -86,7 +88,7 @@ func (m *mux) acceptLoop() {
 }
 
 func (m *mux) route(conn net.Conn, src string) {
-	authenticated := sync.OnceFunc(func() { m.pending.give(src) })
+	authenticated := sync.OnceFunc(func() { m.pending.Give(src) })
 	defer authenticated()
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	peer := ""
