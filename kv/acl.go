@@ -48,6 +48,8 @@ type tokenRecord struct {
 	Description string   `json:"description,omitempty"`
 	Policies    []string `json:"policies"`
 	CreateTime  string   `json:"create_time"`
+	// ExpirationTime (RFC 3339), when set, is when the token stops working.
+	ExpirationTime string `json:"expiration_time,omitempty"`
 }
 
 type bootstrapRecord struct {
@@ -67,9 +69,18 @@ type aclState struct {
 
 // aclToken is a token of the state with its rights resolved.
 type aclToken struct {
-	hash  secretHash
-	rec   tokenRecord
-	authz *authorizer
+	hash    secretHash
+	rec     tokenRecord
+	authz   *authorizer
+	expires time.Time // zero: never
+}
+
+// expired reports whether the token has expired at now.
+func (t *aclToken) expired(now time.Time) bool { return !t.expires.IsZero() && !now.Before(t.expires) }
+
+// errTokenExpired is the 401 of an expired token (it names when, never the secret).
+func errTokenExpired(t *aclToken) error {
+	return fmt.Errorf("%w: the token expired at %s", ErrUnauthorized, t.rec.ExpirationTime)
 }
 
 // loadACLState reads the ACL records of view at its latest revision. A record that
@@ -101,7 +112,13 @@ func loadACLState(view *fsm.View, guard resourceGuard) (*aclState, error) {
 			h, err := parseSecretHash(strings.TrimPrefix(key, aclTokensPrefix))
 			var rec tokenRecord
 			if err == nil && json.Unmarshal(kv.Value, &rec) == nil {
-				toks = append(toks, &aclToken{hash: h, rec: rec})
+				t := &aclToken{hash: h, rec: rec}
+				if rec.ExpirationTime != "" {
+					if t.expires, err = time.Parse(time.RFC3339, rec.ExpirationTime); err != nil {
+						continue // an expiry that does not parse: the token grants nothing
+					}
+				}
+				toks = append(toks, t)
 			}
 		}
 	}
@@ -373,6 +390,9 @@ func (s *Server) current(az *authorizer) (*authorizer, error) {
 	t, ok := st.tokens[az.hash]
 	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
+	}
+	if t.expired(time.Now()) {
+		return nil, errTokenExpired(t)
 	}
 	return t.authz, nil
 }

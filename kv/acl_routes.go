@@ -223,6 +223,9 @@ func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, 
 	if t == nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
 	}
+	if t.expired(time.Now()) {
+		return nil, errTokenExpired(t)
+	}
 	return t.authz, nil
 }
 
