@@ -265,7 +265,7 @@ func (a *authorizer) nextReadable(key, end []byte) []byte {
 	// Each round returns, or moves past the ACL records (without the acl right) or a
 	// resource's range the token may not read, or to the next rule's prefix: bounded
 	// by the number of those.
-	for range 3 + len(a.keys) + a.guardCount() {
+	for range 3 + len(a.keys) + len(a.guards()) {
 		if len(end) > 0 && bytes.Compare(key, end) >= 0 {
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/versions"
 )
 
 // Raw reads of typed resources' keys. A typed resource's objects are stored as plain
@@ -14,75 +15,86 @@ import (
 // rules. The guard is the server's schema at the time of the check, so a resource
 // added by keel schema apply is guarded at once.
 
-// resourceGuard calls yield with the key prefix, group and resource of every typed
-// resource's key range, until yield returns false.
-type resourceGuard func(yield func(prefix, group, resource string) bool)
+// guardRange is the key range of a typed resource.
+type guardRange struct {
+	prefix          []byte
+	group, resource string
+}
 
-// resourceGuard is the server's: the resources of its current schema.
-func (s *Server) resourceGuard(yield func(prefix, group, resource string) bool) {
+// resourceGuard returns the key ranges of the typed resources now.
+type resourceGuard func() []guardRange
+
+// guardCache is the ranges of one schema (the schema is immutable: a new one replaces it).
+type guardCache struct {
+	schema *versions.Schema
+	ranges []guardRange
+}
+
+// resourceGuard is the server's: the ranges of its current schema, rebuilt only when
+// the schema changes.
+func (s *Server) resourceGuard() []guardRange {
 	p := s.resources.Load()
 	if p == nil {
-		return
+		return nil
 	}
-	for _, r := range (*p).Schema().Resources {
-		if !yield(r.Prefix, r.Group, r.Name) {
-			return
-		}
-		if k := r.KeyMigration; k != nil && !yield(k.To, r.Group, r.Name) {
-			return
+	sc := (*p).Schema()
+	if sc == nil {
+		return nil
+	}
+	if c := s.guards.Load(); c != nil && c.schema == sc {
+		return c.ranges
+	}
+	c := &guardCache{schema: sc}
+	for _, r := range sc.Resources {
+		c.ranges = append(c.ranges, guardRange{prefix: []byte(r.Prefix), group: r.Group, resource: r.Name})
+		if k := r.KeyMigration; k != nil {
+			c.ranges = append(c.ranges, guardRange{prefix: []byte(k.To), group: r.Group, resource: r.Name})
 		}
 	}
+	s.guards.Store(c)
+	return c.ranges
+}
+
+// guards is the ranges the token is checked against (none without a guard).
+func (a *authorizer) guards() []guardRange {
+	if a.guard == nil {
+		return nil
+	}
+	return a.guard()
 }
 
 // guardedKey reports whether key lies in the range of a resource the token may not
 // read (write).
 func (a *authorizer) guardedKey(key []byte, write bool) bool {
-	denied := false
-	if a.guard != nil {
-		a.guard(func(prefix, group, resource string) bool {
-			denied = bytes.HasPrefix(key, []byte(prefix)) && !a.resource(group, resource, write)
-			return !denied
-		})
+	for _, g := range a.guards() {
+		if bytes.HasPrefix(key, g.prefix) && !a.resource(g.group, g.resource, write) {
+			return true
+		}
 	}
-	return denied
+	return false
 }
 
 // guardedSpan reports whether [start, end) meets the range of a resource the token may
 // not read (write).
 func (a *authorizer) guardedSpan(start, end []byte, write bool) bool {
-	denied := false
-	if a.guard != nil {
-		a.guard(func(prefix, group, resource string) bool {
-			denied = overlaps(start, end, []byte(prefix)) && !a.resource(group, resource, write)
-			return !denied
-		})
-	}
-	return denied
-}
-
-// pastGuarded returns the end of the denied resource range that holds key, or nil
-// when key is in none (for nextReadable).
-func (a *authorizer) pastGuarded(key []byte) []byte {
-	var next []byte
-	if a.guard != nil {
-		a.guard(func(prefix, group, resource string) bool {
-			if bytes.HasPrefix(key, []byte(prefix)) && !a.resource(group, resource, false) {
-				if next = fsm.PrefixEnd([]byte(prefix)); next == nil {
-					next = []byte{} // to the end of the keyspace: nothing readable is left
-				}
-				return false
-			}
+	for _, g := range a.guards() {
+		if overlaps(start, end, g.prefix) && !a.resource(g.group, g.resource, write) {
 			return true
-		})
+		}
 	}
-	return next
+	return false
 }
 
-// guardCount is how many resource ranges guard the keyspace now.
-func (a *authorizer) guardCount() int {
-	n := 0
-	if a.guard != nil {
-		a.guard(func(string, string, string) bool { n++; return true })
+// pastGuarded returns the end of the denied resource range that holds key ([]byte{}:
+// to the end of the keyspace), or nil when key is in none (for nextReadable).
+func (a *authorizer) pastGuarded(key []byte) []byte {
+	for _, g := range a.guards() {
+		if bytes.HasPrefix(key, g.prefix) && !a.resource(g.group, g.resource, false) {
+			if next := fsm.PrefixEnd(g.prefix); next != nil {
+				return next
+			}
+			return []byte{}
+		}
 	}
-	return n
+	return nil
 }
