@@ -22,8 +22,8 @@ import (
 const (
 	maxPortConns          = 1024
 	maxPortConnsPerSource = 256
-	maxPendingConns       = 128
-	maxPendingPerSource   = 16
+	maxPendingConns       = 256
+	maxPendingPerSource   = 64
 )
 
 // admit counts a newly accepted connection as open and pending, or closes it when a
