@@ -48,6 +48,8 @@ type tokenRecord struct {
 	Description string   `json:"description,omitempty"`
 	Policies    []string `json:"policies"`
 	CreateTime  string   `json:"create_time"`
+	// ExpirationTime (RFC 3339), when set, is when the token stops working.
+	ExpirationTime string `json:"expiration_time,omitempty"`
 }
 
 type bootstrapRecord struct {
@@ -67,14 +69,25 @@ type aclState struct {
 
 // aclToken is a token of the state with its rights resolved.
 type aclToken struct {
-	hash  secretHash
-	rec   tokenRecord
-	authz *authorizer
+	hash    secretHash
+	rec     tokenRecord
+	authz   *authorizer
+	expires time.Time // zero: never
+}
+
+// expired reports whether the token has expired at now.
+func (t *aclToken) expired(now time.Time) bool { return !t.expires.IsZero() && !now.Before(t.expires) }
+
+// errTokenExpired is the 401 of an expired token (it names when, never the secret).
+func errTokenExpired(t *aclToken) error {
+	return fmt.Errorf("%w: the token expired at %s", ErrUnauthorized, t.rec.ExpirationTime)
 }
 
 // loadACLState reads the ACL records of view at its latest revision. A record that
 // does not decode is skipped (and cannot grant anything).
-func loadACLState(view *fsm.View) (*aclState, error) {
+// Every authorizer it makes checks raw reads of typed resources against guard (nil:
+// no resources).
+func loadACLState(view *fsm.View, guard resourceGuard) (*aclState, error) {
 	rev := view.Revision()
 	kvs, _, err := view.Range([]byte(aclPrefix), fsm.PrefixEnd([]byte(aclPrefix)), rev, 0)
 	if err != nil {
@@ -99,13 +112,20 @@ func loadACLState(view *fsm.View) (*aclState, error) {
 			h, err := parseSecretHash(strings.TrimPrefix(key, aclTokensPrefix))
 			var rec tokenRecord
 			if err == nil && json.Unmarshal(kv.Value, &rec) == nil {
-				toks = append(toks, &aclToken{hash: h, rec: rec})
+				t := &aclToken{hash: h, rec: rec}
+				if rec.ExpirationTime != "" {
+					if t.expires, err = time.Parse(time.RFC3339, rec.ExpirationTime); err != nil {
+						continue // an expiry that does not parse: the token grants nothing
+					}
+				}
+				toks = append(toks, t)
 			}
 		}
 	}
 	for _, t := range toks {
 		t.authz = st.authorizerFor(t.rec)
 		t.authz.hash = t.hash
+		t.authz.guard = guard
 		st.tokens[t.hash] = t
 	}
 	return st, nil
@@ -147,6 +167,7 @@ type authorizer struct {
 	keys      []api.ACLKeyRule
 	resources []api.ACLResourceRule
 	operator  map[string]bool
+	guard     resourceGuard // typed resources' key ranges (acl_resources.go); nil: none
 }
 
 func grants(access string, write bool) bool {
@@ -174,6 +195,9 @@ func (a *authorizer) key(key []byte, write bool) bool {
 	if bytes.HasPrefix(key, []byte(aclPrefix)) && !a.right(api.RightACL) {
 		return false
 	}
+	if a.guardedKey(key, write) {
+		return false
+	}
 	for _, r := range a.keys {
 		if grants(r.Access, write) && bytes.HasPrefix(key, []byte(r.Prefix)) {
 			return true
@@ -189,6 +213,9 @@ func (a *authorizer) span(start, end []byte, write bool) bool {
 		return true
 	}
 	if overlaps(start, end, []byte(aclPrefix)) && !a.right(api.RightACL) {
+		return false
+	}
+	if a.guardedSpan(start, end, write) {
 		return false
 	}
 	for _, r := range a.keys {
@@ -234,9 +261,10 @@ func (a *authorizer) nextReadable(key, end []byte) []byte {
 	if a == nil {
 		return key
 	}
-	// Twice at most: a candidate inside the ACL records (without the acl right) moves
-	// past them, and the next one found from there is readable.
-	for range 3 {
+	// Each round returns, or moves past the ACL records (without the acl right) or a
+	// resource's range the token may not read, or to the next rule's prefix: bounded
+	// by the number of those.
+	for range 3 + len(a.keys) + len(a.guards()) {
 		if len(end) > 0 && bytes.Compare(key, end) >= 0 {
 			return nil
 		}
@@ -246,6 +274,12 @@ func (a *authorizer) nextReadable(key, end []byte) []byte {
 		var next []byte
 		if bytes.HasPrefix(key, []byte(aclPrefix)) && !a.right(api.RightACL) {
 			next = fsm.PrefixEnd([]byte(aclPrefix))
+		} else if past := a.pastGuarded(key); past != nil {
+			if len(past) == 0 {
+				return nil
+			}
+			key = past
+			continue
 		}
 		for _, r := range a.keys {
 			p := []byte(r.Prefix)
@@ -356,6 +390,9 @@ func (s *Server) current(az *authorizer) (*authorizer, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
 	}
+	if t.expired(time.Now()) {
+		return nil, errTokenExpired(t)
+	}
 	return t.authz, nil
 }
 
@@ -374,7 +411,7 @@ func (s *Server) reloadACL(ctx context.Context, c fsm.Consistency) (*aclState, e
 	if err != nil {
 		return nil, err
 	}
-	st, err := loadACLState(view)
+	st, err := loadACLState(view, s.resourceGuard)
 	if err != nil {
 		return nil, err
 	}

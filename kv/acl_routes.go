@@ -76,7 +76,7 @@ var routeRules = map[string]routeRule{
 	"DELETE " + api.PathAgentPeers + "{id}":                op(api.RightPeers),
 	"POST " + api.PathAgentTransferLeader:                  op(api.RightLeadership),
 	"GET " + api.PathAgentSnapshot:                         op(api.RightSnapshot),
-	"POST " + api.PathAgentSnapshot:                        op(api.RightSnapshot),
+	"POST " + api.PathAgentSnapshot:                        op(api.RightAll), // restore: management only
 	"PUT " + api.PathAgentSchema:                           op(api.RightSchema),
 	"GET " + api.PathMigrations:                            op(api.RightMigrations),
 	"POST " + api.PathMigrations:                           op(api.RightMigrations),
@@ -244,6 +244,9 @@ func (s *Server) tokenAuthz(ctx context.Context, st *aclState, h secretHash) (*a
 	}
 	if t == nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
+	}
+	if t.expired(time.Now()) {
+		return nil, errTokenExpired(t)
 	}
 	return t.authz, nil
 }

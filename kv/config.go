@@ -47,6 +47,11 @@ type Config struct {
 	// at once, over every door (0 = no bound but MaxWatches; without ACLs it does not
 	// apply): 429 above it, so one token cannot take every slot.
 	MaxWatchesPerToken int
+	// MaxLeases bounds the live leases of the cluster: a grant beyond it is answered
+	// 429 before Raft (0 = no bound). MaxLeasesPerToken bounds those one token (by
+	// accessor ID) granted through this node (0 = only MaxLeases; without ACLs it does
+	// not apply). See leaselimits.go.
+	MaxLeases, MaxLeasesPerToken int
 	// MaxConns bounds the client connections (HTTP and stream) open at once: one
 	// more is answered 429 TooManyConnections and closed (connlimits.go).
 	MaxConns int
@@ -112,6 +117,8 @@ func DefaultConfig() Config {
 		MaxWatches:         10000,
 		MaxStreamWatches:   10000,
 		MaxWatchesPerToken: 2000,
+		MaxLeases:          10000,
+		MaxLeasesPerToken:  1000,
 		MaxConns:           10000,
 		MaxConnsPerClient:  2500,
 		MaxInFlight:        20000,
@@ -182,6 +189,9 @@ func (c Config) Validate() error {
 	if c.MaxWatches < 0 || c.MaxStreamWatches < 0 || c.MaxWatchesPerToken < 0 || c.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxWatches %d, MaxStreamWatches %d and MaxWatchesPerToken %d must be >= 0 and WatchBuffer %d >= 1",
 			c.MaxWatches, c.MaxStreamWatches, c.MaxWatchesPerToken, c.WatchBuffer))
+	}
+	if c.MaxLeases < 0 || c.MaxLeasesPerToken < 0 {
+		errs = append(errs, fmt.Errorf("kv: MaxLeases %d and MaxLeasesPerToken %d must be >= 0", c.MaxLeases, c.MaxLeasesPerToken))
 	}
 	if c.ACLDefault != "" && c.ACLDefault != ACLAllow && c.ACLDefault != ACLDeny {
 		errs = append(errs, fmt.Errorf("kv: ACLDefault %q: want %q or %q", c.ACLDefault, ACLAllow, ACLDeny))

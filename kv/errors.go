@@ -40,6 +40,7 @@ var (
 	ErrNoRoute = errors.New("kv: no such route")
 	// ErrMethodNotAllowed: the route exists but not for the request's method.
 	ErrMethodNotAllowed = errors.New("kv: method not allowed")
+	// ErrTooManyLeases (leaselimits.go) is declared beside the lease bounds.
 	// ErrTooManyWatches: the node already serves Config.MaxWatches watches.
 	ErrTooManyWatches = errors.New("kv: too many watches")
 	// ErrUnauthorized: ACLs are enforced and the request carries no valid token.
@@ -96,6 +97,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusGone, api.ReasonResourceExpired
 	case errors.Is(err, ErrTooManyWatches):
 		return http.StatusTooManyRequests, api.ReasonTooManyWatches
+	case errors.Is(err, ErrTooManyLeases):
+		return http.StatusTooManyRequests, api.ReasonTooManyLeases
 	case errors.Is(err, ErrTooManyRequests):
 		return http.StatusTooManyRequests, api.ReasonTooManyRequests
 	case errors.Is(err, ErrTooLarge):

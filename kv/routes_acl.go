@@ -34,7 +34,7 @@ func (s *Server) aclRoutes() {
 
 // newToken mints a token for policies: its record (to store) and the api form with
 // the secret (to show once).
-func newToken(desc string, policies []string) (tokenRecord, secretHash, api.ACLToken, error) {
+func newToken(desc string, policies []string, ttl time.Duration) (tokenRecord, secretHash, api.ACLToken, error) {
 	secret, err := newSecret()
 	if err != nil {
 		return tokenRecord{}, secretHash{}, api.ACLToken{}, fmt.Errorf("acl: token secret: %w", err)
@@ -43,9 +43,13 @@ func newToken(desc string, policies []string) (tokenRecord, secretHash, api.ACLT
 	if err != nil {
 		return tokenRecord{}, secretHash{}, api.ACLToken{}, fmt.Errorf("acl: accessor id: %w", err)
 	}
-	rec := tokenRecord{AccessorID: acc, Description: desc, Policies: policies,
-		CreateTime: time.Now().UTC().Format(time.RFC3339)}
-	out := api.ACLToken{AccessorID: acc, SecretID: secret, Description: desc, Policies: policies, CreateTime: rec.CreateTime}
+	now := time.Now().UTC()
+	rec := tokenRecord{AccessorID: acc, Description: desc, Policies: policies, CreateTime: now.Format(time.RFC3339)}
+	if ttl > 0 {
+		rec.ExpirationTime = now.Add(ttl).Format(time.RFC3339)
+	}
+	out := api.ACLToken{AccessorID: acc, SecretID: secret, Description: desc, Policies: policies, CreateTime: rec.CreateTime,
+		ExpirationTime: rec.ExpirationTime}
 	return rec, hashSecret(secret), out, nil
 }
 
@@ -81,7 +85,7 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 	if err := s.bootstrapOpen(r.Context()); err != nil {
 		return err
 	}
-	rec, hash, out, err := newToken("bootstrap management token", []string{api.ManagementPolicy})
+	rec, hash, out, err := newToken("bootstrap management token", []string{api.ManagementPolicy}, 0)
 	if err != nil {
 		return err
 	}
@@ -139,6 +143,14 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 	if len(req.Description) > 1024 {
 		return fmt.Errorf("acl token: %w: description longer than 1024 bytes", ErrInvalidBody)
 	}
+	var ttl time.Duration
+	if req.ExpirationTTL != "" {
+		var err error
+		if ttl, err = time.ParseDuration(req.ExpirationTTL); err != nil || ttl < api.MinTokenTTL {
+			return fmt.Errorf("acl token: %w: expiration_ttl %q: want a duration of at least %v (\"30m\", \"24h\")",
+				ErrInvalidBody, req.ExpirationTTL, api.MinTokenTTL)
+		}
+	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	st, err := s.reloadACL(ctx, fsm.Linearizable)
@@ -158,7 +170,7 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 	if err := checkGrant(ctx, "create the token", tokenPolicies(st, req.Policies)...); err != nil {
 		return fmt.Errorf("acl token: %w", err)
 	}
-	rec, hash, out, err := newToken(req.Description, req.Policies)
+	rec, hash, out, err := newToken(req.Description, req.Policies, ttl)
 	if err != nil {
 		return err
 	}
@@ -177,7 +189,7 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 
 func tokenAPI(t *aclToken) api.ACLToken {
 	return api.ACLToken{AccessorID: t.rec.AccessorID, Description: t.rec.Description, Policies: t.rec.Policies,
-		CreateTime: t.rec.CreateTime}
+		CreateTime: t.rec.CreateTime, ExpirationTime: t.rec.ExpirationTime}
 }
 
 func (s *Server) handleACLTokenList(w http.ResponseWriter, r *http.Request) error {

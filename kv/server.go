@@ -60,6 +60,10 @@ type Server struct {
 	watches atomic.Int64
 	// watchSlots counts the watches of each token (watchlimits.go).
 	watchSlots watchSlots
+	// leaseOwners counts each token's leases granted through this node (leaselimits.go).
+	leaseOwners leaseOwners
+	// guards caches the typed resources' key ranges of the current schema (acl_resources.go).
+	guards atomic.Pointer[guardCache]
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
 	conns     atomic.Int64

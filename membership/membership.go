@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/keel-kv/keel/internal/connlimit"
 )
 
 // Membership is one node's view of the cluster: who is alive and what each member
@@ -30,6 +32,8 @@ type Membership struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // pump, retry-join and join goroutines
 	mlLog   *logGate       // memberlist's log, shut by Close
+	// gossipStreams counts the gossip port's open TCP streams (transport.go).
+	gossipStreams *connlimit.Counter
 
 	// lifecycle is held (read) around memberlist calls that must not overlap its
 	// Shutdown (Leave panics after it) and (write) by Close around Shutdown.
@@ -101,11 +105,18 @@ func Open(ctx context.Context, cfg Config, meta Meta) (*Membership, error) {
 	mc := cfg.memberlistConfig(cfg.Logger, &delegate{m: m})
 	m.mlLog = &logGate{w: cfg.Logger.Named("memberlist").StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})}
 	mc.Logger = log.New(m.mlLog, "", 0)
-	ml, err := memberlist.Create(mc)
+	trans, err := newLimitedTransport(mc, mc.Logger)
 	if err != nil {
 		m.mlLog.close()
 		return nil, fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
 	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		trans.Shutdown()
+		m.mlLog.close()
+		return nil, fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
+	}
+	m.gossipStreams = trans.open
 	m.ml = ml
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel

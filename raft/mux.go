@@ -8,6 +8,8 @@ import (
 	"time"
 
 	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/internal/connlimit"
 )
 
 // The first byte of every connection to the raft port says what it carries.
@@ -37,6 +39,8 @@ type mux struct {
 	// that those of a node that leaves the configuration can be cut. RPC connections
 	// need no cutting: membership is checked on every request.
 	accepted peerConns
+	// open and pending bound the accepted connections (connlimit.go).
+	open, pending *connlimit.Counter
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -55,7 +59,8 @@ type peerGate interface {
 func newMux(ln net.Listener, advertise net.Addr, rpc func(net.Conn), src net.IP, tls PeerTLS,
 	idOf func(string) string, gate peerGate) *mux {
 	return &mux{ln: ln, advertise: advertise, raftConns: make(chan net.Conn, 16), rpc: rpc,
-		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf, gate: gate}
+		closed: make(chan struct{}), src: src, tls: tls, idOf: idOf, gate: gate,
+		open: connlimit.New(maxPortConns, maxPortConnsPerSource), pending: connlimit.New(maxPendingConns, maxPendingPerSource)}
 }
 
 func (m *mux) start() { go m.acceptLoop() }
@@ -76,11 +81,15 @@ func (m *mux) acceptLoop() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go m.route(conn)
+		if conn, src, ok := m.admit(conn); ok {
+			go m.route(conn, src)
+		}
 	}
 }
 
-func (m *mux) route(conn net.Conn) {
+func (m *mux) route(conn net.Conn, src string) {
+	authenticated := sync.OnceFunc(func() { m.pending.Give(src) })
+	defer authenticated()
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	peer := ""
 	if m.tls != nil {
@@ -95,6 +104,7 @@ func (m *mux) route(conn net.Conn) {
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
+	authenticated()
 	switch b[0] {
 	case protoRaft:
 		if m.tls != nil && m.gate != nil {

@@ -18,34 +18,45 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (index uint64, siz
 	if _, err := n.View(ctx, fsm.Linearizable); err != nil {
 		return 0, 0, err
 	}
+	// The cluster secret stays in the cluster: the saved file holds the ID only.
 	snap := n.store.Snapshot()
-	size, err = snap.WriteTo(w)
+	size, err = snap.WithIdentity(snap.ClusterID(), nil).WriteTo(w)
 	return snap.AppliedIndex(), size, err
 }
 
-// RestoreSnapshot replaces the whole cluster's state with the snapshot in f (disaster
-// recovery: hashicorp/raft installs it on the leader and then on every follower). The
-// file is checked completely first, so a damaged or unreadable file changes nothing
-// (fsm.ErrCorrupt, fsm.ErrNotSnapshot, fsm.ErrUnknownFormat); accept, when set, is then
-// given the snapshot's cluster ID and may refuse it (a foreign backup). Only the
-// leader can restore (ErrNotLeader).
-func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, accept func(clusterID string) error) error {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
+// RestoreSnapshot replaces the whole cluster's state with the snapshot read from r
+// (disaster recovery: hashicorp/raft installs it on the leader and then on every
+// follower). The snapshot is checked completely first, so a damaged or unreadable one
+// changes nothing (fsm.ErrCorrupt, fsm.ErrNotSnapshot, fsm.ErrUnknownFormat); accept,
+// when set, is then given the snapshot's cluster ID and may refuse it (a foreign
+// backup). The restore replaces the data, never the cluster's identity: the restored
+// state carries this cluster's own ID and secret, whatever the snapshot holds (a
+// cluster that has none yet keeps the snapshot's). Only the leader can restore
+// (ErrNotLeader).
+func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader, accept func(clusterID string) error) error {
 	check := fsm.NewStore()
-	if err := check.Restore(f); err != nil {
+	if err := check.Restore(r); err != nil {
 		return err
 	}
+	snapID, snapSecret, _ := check.ClusterMeta()
 	if accept != nil {
-		id, _, _ := check.ClusterMeta()
-		if err := accept(id); err != nil {
+		if err := accept(snapID); err != nil {
 			return err
 		}
 	}
-	st, err := f.Stat()
+	id, secret, ok := n.store.ClusterMeta()
+	if !ok {
+		id, secret = snapID, snapSecret
+	}
+	f, err := os.CreateTemp(n.cfg.DataDir, "restore-*.snap")
 	if err != nil {
 		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	size, err := check.Snapshot().WithIdentity(id, secret).WriteTo(f)
+	if err != nil {
+		return fmt.Errorf("raft: writing the snapshot to restore: %w", err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
@@ -53,7 +64,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, accept func(clus
 	if n.raft.State() != hraft.Leader {
 		return fmt.Errorf("%w: send the restore to the leader", ErrNotLeader)
 	}
-	meta := &hraft.SnapshotMeta{Version: hraft.SnapshotVersionMax, Index: check.AppliedIndex(), Size: st.Size()}
+	meta := &hraft.SnapshotMeta{Version: hraft.SnapshotVersionMax, Index: check.AppliedIndex(), Size: size}
 	if err := n.raft.Restore(meta, f, n.cfg.ApplyTimeout); err != nil {
 		return mapRaftErr(err)
 	}
@@ -64,6 +75,6 @@ func (n *Node) RestoreSnapshot(ctx context.Context, f *os.File, accept func(clus
 	if err := n.raft.Apply(barrier, n.cfg.ApplyTimeout).Error(); err != nil {
 		return mapRaftErr(err)
 	}
-	n.log.Info("restored the cluster from a snapshot", "revision", check.Revision(), "bytes", st.Size())
+	n.log.Info("restored the cluster from a snapshot", "revision", check.Revision(), "bytes", size)
 	return nil
 }

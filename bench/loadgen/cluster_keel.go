@@ -82,6 +82,8 @@ func (c *keelCluster) startNode(i int, extra ...string) error {
 		// The load generator sends no token: serve it as a cluster without ACLs
 		// (the default outside -dev is deny until `keel acl bootstrap`).
 		"-acl-default", "allow",
+		// The lease grant benchmark grants tens of thousands of 60 s leases.
+		"-max-leases", "0",
 	}, extra...)
 	args = append(args, c.security(name)...)
 	if c.pprof {

@@ -45,6 +45,9 @@ func printToken(w io.Writer, t api.ACLToken) error {
 	if t.Description != "" {
 		fmt.Fprintf(w, "Description: %s\n", t.Description)
 	}
+	if t.ExpirationTime != "" {
+		fmt.Fprintf(w, "Expires:     %s\n", t.ExpirationTime)
+	}
 	if t.SecretID != "" {
 		fmt.Fprintf(w, "SecretID (shown once, keep it):\n%s\n", t.SecretID)
 	}
@@ -82,6 +85,7 @@ func newACLTokenCreateCmd() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&req.Policies, "policy", nil, "policy names (comma-separated or repeated)")
 	cmd.Flags().StringVar(&req.Description, "description", "", "what the token is for")
+	cmd.Flags().StringVar(&req.ExpirationTTL, "ttl", "", "how long the token works, e.g. 30m or 24h (default: until deleted)")
 	secretFileFlag(cmd, &secretFile)
 	return cmd
 }

@@ -47,6 +47,7 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 // limitFlags are the connection, request and watch bounds of kv.Config (kv/connlimits.go).
 type limitFlags struct {
 	conns, clientConns, inFlight, streamInFlight, watches, streamWatches, tokenWatches int
+	leases, tokenLeases                                                                int
 }
 
 type agentFlags struct {
@@ -64,6 +65,7 @@ type agentFlags struct {
 	versionGCAfter                                           time.Duration
 	caFile, certFile, keyFile, crlFile                       string
 	verifyClients, insecure                                  bool
+	verifyClientsSet                                         bool // -verify-clients given explicitly
 	aclDefault                                               string
 }
 
@@ -88,7 +90,10 @@ addresses, and one command line serves first start, restart and scale-out:
 
   keel agent -data-dir D -gossip-addr 127.0.0.1:7372 -bootstrap-expect 3 -join 127.0.0.1:7382,127.0.0.1:7392 $TLS -encrypt KEY`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.verifyClientsSet = cmd.Flags().Changed("verify-clients")
+			return runAgent(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.nodeID, "node-id", "", "node ID (default: stored in the data dir, or generated)")
@@ -113,6 +118,8 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.IntVar(&f.limits.watches, "max-watches", def.KV.MaxWatches, "watches the node serves at once; one more is answered 429")
 	fl.IntVar(&f.limits.streamWatches, "max-stream-watches", def.KV.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
 	fl.IntVar(&f.limits.tokenWatches, "max-watches-per-token", def.KV.MaxWatchesPerToken, "watches one ACL token holds on the node at once, over HTTP and streams (0: only -max-watches); one more is answered 429")
+	fl.IntVar(&f.limits.leases, "max-leases", def.KV.MaxLeases, "live leases of the whole cluster (0: no bound); a grant beyond it is answered 429")
+	fl.IntVar(&f.limits.tokenLeases, "max-leases-per-token", def.KV.MaxLeasesPerToken, "live leases one ACL token granted through this node (0: only -max-leases); one more is answered 429")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
 	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis; SIGHUP re-reads it (see keel schema apply)")
 	fl.BoolVar(&f.noMigrate, "no-migrate", false, "initial cluster-wide setting: migrations start only when asked (keel migrate start); see keel migrate settings")
@@ -123,7 +130,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.certFile, "cert-file", "", "this node's certificate (PEM), made with keel tls cert create -node ID; its ID is the node's")
 	fl.StringVar(&f.keyFile, "key-file", "", "key of -cert-file (PEM)")
 	fl.StringVar(&f.crlFile, "crl-file", "", "the CA's certificate revocation list (PEM or DER, signed by -ca-file): a listed certificate is refused on every port (SIGHUP reloads it)")
-	fl.BoolVar(&f.verifyClients, "verify-clients", false, "HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME)")
+	fl.BoolVar(&f.verifyClients, "verify-clients", true, "with TLS, HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME); -verify-clients=false lets any client reach the HTTP port, and the first to call keel acl bootstrap owns the cluster")
 	fl.BoolVar(&f.insecure, "insecure", false, "run without TLS outside -dev: every port plain text, open to anyone who reaches it")
 	fl.StringVar(&f.aclDefault, "acl-default", "", "what a cluster answers before keel acl bootstrap, `allow|deny` (deny: only health, status and bootstrap; default deny, allow with -dev)")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
@@ -161,6 +168,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.KV.MaxConns, cfg.KV.MaxInFlight, cfg.KV.MaxStreamInFlight = f.limits.conns, f.limits.inFlight, f.limits.streamInFlight
 	cfg.KV.MaxWatches, cfg.KV.MaxStreamWatches = f.limits.watches, f.limits.streamWatches
 	cfg.KV.MaxWatchesPerToken, cfg.KV.MaxConnsPerClient = f.limits.tokenWatches, f.limits.clientConns
+	cfg.KV.MaxLeases, cfg.KV.MaxLeasesPerToken = f.limits.leases, f.limits.tokenLeases
 	switch f.aclDefault {
 	case "":
 		cfg.KV.ACLDefault = kv.ACLDeny
@@ -274,7 +282,9 @@ var errNoTLS = errors.New("agent: no TLS configured, and keel does not run a clu
 // -insecure says so.
 func securityConfig(cfg *agent.Config, f agentFlags) error {
 	cfg.TLS = tlsutil.Files{CAFile: f.caFile, CertFile: f.certFile, KeyFile: f.keyFile, CRLFile: f.crlFile}
-	cfg.VerifyClients = f.verifyClients
+	// On by default with TLS (the first client to reach the port could otherwise win
+	// the ACL bootstrap); asked for explicitly without TLS it is refused (Validate).
+	cfg.VerifyClients = f.verifyClients && (cfg.TLS.Enabled() || f.verifyClientsSet)
 	switch {
 	case cfg.TLS.Enabled() && f.insecure:
 		return errors.New("agent: -insecure and -ca-file/-cert-file/-key-file are exclusive: choose one")

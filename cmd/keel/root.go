@@ -61,11 +61,20 @@ func newClient() (*client.Client, error) {
 			addrs = append(addrs, a)
 		}
 	}
+	return newClientOf(addrs, client.Options{})
+}
+
+// newClientOf builds a client for addrs with o plus the global -ca-file, -cert-file,
+// -key-file and -token (and their environment variables). Every command that talks to
+// a node builds its client here (or through newClient / withClient), so that it works
+// on a secured cluster (TestEveryCommandHonoursTLSAndToken).
+func newClientOf(addrs []string, o client.Options) (*client.Client, error) {
 	tlsCfg, err := clientTLS()
 	if err != nil {
 		return nil, err
 	}
-	return client.New(addrs, client.Options{TLS: tlsCfg, Token: global.token})
+	o.TLS, o.Token = tlsCfg, global.token
+	return client.New(addrs, o)
 }
 
 // withTimeout is the context of one client command.

@@ -89,7 +89,7 @@ func describeChange(ch *versions.SchemaChange) string {
 
 // applySchema sends one node the schema file.
 func applySchema(ctx context.Context, addr, name string, data []byte, force bool) (*versions.SchemaChange, error) {
-	c, err := client.New([]string{addr}, client.Options{})
+	c, err := newClientOf([]string{addr}, client.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -62,9 +62,13 @@ func newSnapshotCmd() *cobra.Command {
 		Use:   "restore FILE",
 		Short: "Replace the whole cluster's state with a saved snapshot (disaster recovery)",
 		Long: `Replace the whole cluster's state with a snapshot saved by 'keel snapshot save'.
-The file is checked completely before anything changes. Only the leader restores: list
-every node in -addr and the command finds it. A snapshot of another cluster is refused
-unless -force-foreign.
+Needs a management token (the snapshot right only saves). The file's MAC (only the
+cluster that saved it can check it) and content are checked completely before anything
+changes; the cluster keeps its own ID and secret. Only the leader restores: list every
+node in -addr and the command finds it. A file this cluster cannot authenticate
+(another cluster's, or saved by a release before the MAC) is refused unless
+-force-foreign: use it only on a file you trust, e.g. to restore a lost cluster's
+backup into a new one.
 
 Every key, lease and ACL of the cluster is replaced, so the command asks first when
 standard input is a terminal; --yes (-y) answers for it, and without a terminal it
@@ -99,7 +103,7 @@ is required.`,
 		},
 	}
 	restore.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask before replacing the cluster's state (required without a terminal)")
-	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a snapshot saved by another cluster (its data replaces this cluster's)")
+	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a file this cluster cannot authenticate: another cluster's or a pre-MAC one (its data replaces this cluster's; the MAC is not checked)")
 	cmd.AddCommand(restore)
 	return cmd
 }

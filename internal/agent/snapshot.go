@@ -17,8 +17,10 @@ import (
 // maxSnapshotUpload bounds a restore upload.
 const maxSnapshotUpload = 8 << 30
 
-// handleSnapshotSave serves GET /v1/agent/snapshot: the state machine's snapshot as a
-// binary stream (application/octet-stream), reflecting every acknowledged write.
+// handleSnapshotSave serves GET /v1/agent/snapshot: a saved snapshot file
+// (snapshot_file.go) as a binary stream (application/octet-stream), reflecting every
+// acknowledged write: the state machine's snapshot without the cluster secret, under
+// a MAC only the cluster can make.
 func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
@@ -27,8 +29,18 @@ func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 		return
 	}
+	mac, err := a.snapshotMAC()
+	if err != nil {
+		writeAgentError(w, http.StatusServiceUnavailable, "Unavailable", err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", api.ContentTypeSnapshot)
-	idx, _, err := a.node.SaveSnapshot(ctx, w)
+	out := io.MultiWriter(w, mac)
+	out.Write(append([]byte(savedMagic), savedFormat))
+	idx, _, err := a.node.SaveSnapshot(ctx, out)
+	if err == nil {
+		_, err = w.Write(mac.Sum(nil))
+	}
 	if err != nil {
 		a.log.Warn("snapshot save failed mid-stream", "error", err)
 		return
@@ -37,8 +49,10 @@ func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleSnapshotRestore serves POST /v1/agent/snapshot: body = a snapshot saved by
-// GET; replaces the whole cluster's state. It spools the body to a file in the data
-// dir, checks it completely, then restores (leader only).
+// GET; replaces the whole cluster's data (never its ID and secret). It needs the
+// management right (kv routeRules). It spools the body to a file in the data dir,
+// checks its MAC (unless force_foreign) and its content completely, then restores
+// (leader only).
 func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
@@ -55,9 +69,12 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	force := r.URL.Query().Get("force_foreign") == "true"
-	err = a.node.RestoreSnapshot(ctx, f, func(id string) error { return a.acceptSnapshotCluster(id, force) })
+	stream, err := a.savedStream(f, n, force)
+	if err == nil {
+		err = a.node.RestoreSnapshot(ctx, stream, func(id string) error { return a.acceptSnapshotCluster(id, force) })
+	}
 	switch {
-	case errors.Is(err, errForeignSnapshot):
+	case errors.Is(err, errForeignSnapshot), errors.Is(err, errUnverifiedSnapshot):
 		writeAgentError(w, http.StatusBadRequest, "BadRequest", err.Error())
 	case errors.Is(err, fsm.ErrCorrupt):
 		writeAgentError(w, http.StatusBadRequest, "BadRequest",

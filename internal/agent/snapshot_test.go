@@ -127,6 +127,7 @@ func TestSnapshotRestoreRefusesForeignAndSaysDamaged(t *testing.T) {
 		{own[:len(own)/2], "damaged"},
 		{flip(own, len(own)-2), "damaged"},
 		{[]byte("PK\x03\x04 a zip file, not a snapshot"), "not a keel snapshot"},
+		{own[savedHead : len(own)-savedMACSize], "carries no MAC"}, // as a release before the MAC saved it
 	} {
 		err := cl.RestoreSnapshot(ctx, bytes.NewReader(tc.file))
 		if !client.IsBadRequest(err) || !strings.Contains(err.Error(), tc.want) {

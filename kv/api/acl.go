@@ -5,6 +5,8 @@ package api
 // operator rights. Requests carry the token's secret as `Authorization: Bearer
 // SECRET`; the stream protocol takes it on the upgrade request.
 
+import "time"
+
 // Paths of the ACL routes.
 const (
 	// PathACLBootstrap answers POST with the first management token (ACLToken with its
@@ -34,7 +36,7 @@ const (
 	RightMembers       = "members"        // GET /v1/agent/members, /v1/versions
 	RightPeers         = "peers"          // remove a peer, make a node leave
 	RightLeadership    = "leadership"     // transfer leadership
-	RightSnapshot      = "snapshot"       // snapshot save and restore
+	RightSnapshot      = "snapshot"       // snapshot save (a restore needs RightAll: management)
 	RightSchema        = "schema"         // apply a schema
 	RightMigrations    = "migrations"     // storage-version migrations and their settings
 	RightKeyMigrations = "key-migrations" // phased key migrations
@@ -84,7 +86,14 @@ type ACLPoliciesResponse struct {
 type ACLTokenRequest struct {
 	Description string   `json:"description,omitempty"`
 	Policies    []string `json:"policies"`
+	// ExpirationTTL, when set, is how long the token lives (a Go duration: "30m",
+	// "24h"; at least MinTokenTTL): after it every request with it is a 401. Empty:
+	// the token does not expire.
+	ExpirationTTL string `json:"expiration_ttl,omitempty"`
 }
+
+// MinTokenTTL is the shortest ExpirationTTL.
+const MinTokenTTL = time.Second
 
 // ACLToken describes a token. SecretID is set only in the answer that created it
 // (bootstrap or create): keel stores only its SHA-256.
@@ -94,6 +103,8 @@ type ACLToken struct {
 	Description string   `json:"description,omitempty"`
 	Policies    []string `json:"policies"`
 	CreateTime  string   `json:"create_time"`
+	// ExpirationTime (RFC 3339, UTC) is when the token stops working; empty: never.
+	ExpirationTime string `json:"expiration_time,omitempty"`
 }
 
 // ACLTokensResponse answers GET /v1/acl/tokens.

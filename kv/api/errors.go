@@ -73,6 +73,9 @@ const (
 	// ReasonTooManyWatches (429): the node serves its maximum of watches; retry later
 	// or on another node.
 	ReasonTooManyWatches = "TooManyWatches"
+	// ReasonTooManyLeases (429): a lease grant over the cluster's -max-leases or the
+	// token's -max-leases-per-token; revoke leases or let them expire, then retry.
+	ReasonTooManyLeases = "TooManyLeases"
 	// ReasonTooManyRequests (429): the node runs its maximum of requests at once;
 	// nothing was done. Retry later or on another node.
 	ReasonTooManyRequests = "TooManyRequests"

@@ -95,8 +95,9 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.ReadSeeker) error {
 
 // RestoreOptions tune RestoreSnapshotWith.
 type RestoreOptions struct {
-	// ForceForeign restores a snapshot saved by another cluster (refused with 400
-	// otherwise): that cluster's data replaces this one's.
+	// ForceForeign restores a snapshot this cluster cannot authenticate: saved by
+	// another cluster, or before saved files carried a MAC (refused with 400
+	// otherwise). Its MAC is not checked; its data replaces this cluster's.
 	ForceForeign bool
 }
 
