@@ -65,6 +65,8 @@ func classify(err error) (code int, reason string) {
 	switch {
 	case errors.Is(err, ErrInvalidContinueToken):
 		return http.StatusBadRequest, api.ReasonInvalidContinueToken
+	case errors.Is(err, ErrTooLargeResourceVersion):
+		return http.StatusGatewayTimeout, api.ReasonResourceVersionTooLarge
 	case errors.Is(err, fsm.ErrFutureRevision):
 		return http.StatusBadRequest, api.ReasonFutureRevision
 	case errors.Is(err, fsm.ErrDuplicateKey):
@@ -98,6 +100,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusTooManyRequests, api.ReasonTooManyWatches
 	case errors.Is(err, ErrTooManyRequests):
 		return http.StatusTooManyRequests, api.ReasonTooManyRequests
+	case errors.Is(err, ErrListTooLarge):
+		return http.StatusRequestEntityTooLarge, api.ReasonListTooLarge
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.ReasonTooLarge
 	case errors.Is(err, raft.ErrNoLeader):

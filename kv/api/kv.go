@@ -69,4 +69,9 @@ type ListResponse struct {
 	// when the scan is complete. It is valid on every node and across restarts until
 	// Revision is compacted.
 	Continue string `json:"continue,omitempty"`
+	// RemainingItemCount is how many items follow this page (KEP-365's
+	// remainingItemCount), set only when Continue is and the count is cheap to know:
+	// when the rest of the range is no longer than one more page of the same limit.
+	// It is exact when set. The binary encoding does not carry it.
+	RemainingItemCount *int64 `json:"remainingItemCount,omitempty"`
 }
