@@ -19,14 +19,19 @@ type Config struct {
 	MaxValueBytes int64
 	// MaxTxnBodyBytes bounds the JSON body of POST /v1/txn and /v1/compact: 413 above it.
 	MaxTxnBodyBytes int64
-	// DefaultListLimit is the page size of a list without ?limit=.
+	// DefaultListLimit is not read any more: a list without ?limit= is the whole list
+	// (bounded by MaxListLimit and MaxListBytes), not a first page of this size.
+	//
+	// Deprecated: kept so that configurations setting it still build; it has no effect.
 	DefaultListLimit int
-	// MaxListLimit is the largest accepted ?limit= (400 above it); it is also the
-	// limit of a ranged txn get that asks for none.
+	// MaxListLimit is the largest accepted ?limit= (400 above it; a typed list clamps
+	// to it), the most items a list without ?limit= answers with (413 ListTooLarge
+	// above it), and the limit of a ranged txn get that asks for none.
 	MaxListLimit int
-	// MaxListBytes bounds the key and value bytes of one list page; a page that would
-	// exceed it ends early with a continue token (a page always holds at least one
-	// item when one is left in the range).
+	// MaxListBytes bounds the key and value bytes of one list answer: a page that
+	// would exceed it ends early with a continue token (a page always holds at least
+	// one item when one is left in the range), and a list without ?limit= that would
+	// exceed it is refused with 413 ListTooLarge.
 	MaxListBytes int
 	// RequestTimeout bounds the store work of one request (apply or read index).
 	RequestTimeout time.Duration
@@ -151,10 +156,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxListLimit < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxListLimit %d must be >= 1", c.MaxListLimit))
-	}
-	if c.DefaultListLimit < 1 || c.DefaultListLimit > c.MaxListLimit {
-		errs = append(errs, fmt.Errorf("kv: DefaultListLimit %d must be in [1, MaxListLimit %d]",
-			c.DefaultListLimit, c.MaxListLimit))
 	}
 	if c.MaxListBytes < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxListBytes %d must be >= 1", c.MaxListBytes))

@@ -66,6 +66,8 @@ func classify(err error) (code int, reason string) {
 	switch {
 	case errors.Is(err, ErrInvalidContinueToken):
 		return http.StatusBadRequest, api.ReasonInvalidContinueToken
+	case errors.Is(err, ErrTooLargeResourceVersion):
+		return http.StatusGatewayTimeout, api.ReasonResourceVersionTooLarge
 	case errors.Is(err, fsm.ErrFutureRevision):
 		return http.StatusBadRequest, api.ReasonFutureRevision
 	case errors.Is(err, fsm.ErrDuplicateKey):
@@ -101,6 +103,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusTooManyRequests, api.ReasonTooManyLeases
 	case errors.Is(err, ErrTooManyRequests):
 		return http.StatusTooManyRequests, api.ReasonTooManyRequests
+	case errors.Is(err, ErrListTooLarge):
+		return http.StatusRequestEntityTooLarge, api.ReasonListTooLarge
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, api.ReasonTooLarge
 	case errors.Is(err, raft.ErrNoLeader):

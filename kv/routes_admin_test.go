@@ -113,7 +113,6 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.MaxKeyBytes = 0 }, "MaxKeyBytes"},
 		{func(c *Config) { c.MaxValueBytes = 0 }, "MaxValueBytes"},
 		{func(c *Config) { c.MaxTxnBodyBytes = 10 }, "MaxTxnBodyBytes"},
-		{func(c *Config) { c.DefaultListLimit = 20000 }, "DefaultListLimit"},
 		{func(c *Config) { c.MaxListLimit = 0 }, "MaxListLimit"},
 		{func(c *Config) { c.MaxListBytes = 0 }, "MaxListBytes"},
 		{func(c *Config) { c.RequestTimeout = 0 }, "RequestTimeout"},

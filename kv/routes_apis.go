@@ -516,16 +516,19 @@ func (s *Server) handleObjectDelete(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
-// handleObjectList serves GET /apis/{group}/{version}/{resource}?limit=&continue=: a
-// page of objects at one revision, converted to the requested version, with a continue
-// token that any node accepts (the KV list's tokens and guarantees). With ?watch=true
-// it is a watch of the resource instead (handleObjectWatch).
+// handleObjectList serves GET /apis/{group}/{version}/{resource}: the objects at one
+// revision, converted to the requested version. With ?limit= it is one page with a
+// continue token that any node accepts (the KV list's tokens and guarantees); without,
+// the whole list or 413 ListTooLarge. resourceVersion and resourceVersionMatch choose
+// the revision as Kubernetes does (parseListVersion). With ?watch=true it is a watch
+// of the resource instead (handleObjectWatch).
 func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.resourceRequest(r, false)
 	if err != nil {
 		return err
 	}
-	p, err := parseParams(r, "watch", "limit", "continue", "consistency", "resourceVersion", "allowWatchBookmarks", "progress")
+	p, err := parseParams(r, "watch", "limit", "continue", "consistency", "resourceVersion",
+		"resourceVersionMatch", "allowWatchBookmarks", "progress")
 	if err != nil {
 		return err
 	}
@@ -533,43 +536,94 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 		if err != nil {
 			return err
 		}
-		return s.handleObjectWatch(w, r, q)
-	}
-	for _, name := range []string{"resourceVersion", "allowWatchBookmarks", "progress"} {
-		if p.has(name) {
-			return fmt.Errorf("%w: %s is a parameter of watch=true", ErrInvalidParam, name)
+		if p.has("resourceVersionMatch") {
+			return fmt.Errorf("%w: resourceVersionMatch is a parameter of lists, not of watch=true", ErrInvalidParam)
 		}
+		return s.handleObjectWatch(w, r, q)
 	}
 	if err := q.res.ReadCheck(q.r.Key()); err != nil {
 		return err
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	prefix, isNew, err := s.listRange(ctx, q, p.q.Get("continue"))
+	req, err := s.objectListRequest(ctx, q, p)
 	if err != nil {
 		return err
 	}
-	req := listRequest{start: prefix, end: fsm.PrefixEnd(prefix), token: p.q.Get("continue")}
-	limit, err := p.int64("limit", 1, int64(s.cfg.DefaultListLimit))
+	pg := listPage{remaining: -1}
+	if req.limit == 0 {
+		pg.kvs, pg.rev, err = s.scanAll(ctx, req.listRequest)
+	} else {
+		pg, err = s.scan(ctx, req.listRequest)
+	}
 	if err != nil {
+		return objectListError(err)
+	}
+	if pg.kvs, err = s.overlay(ctx, q, pg.kvs, pg.rev, req.isNew); err != nil {
 		return err
 	}
-	req.limit = int(min(limit, int64(s.cfg.MaxListLimit)))
+	writeJSON(w, http.StatusOK, objectList(q, pg))
+	return nil
+}
+
+// objectListReq is a typed list's scan and which of a key migration's ranges it reads.
+type objectListReq struct {
+	listRequest
+	isNew bool
+}
+
+// objectListRequest validates a typed list's parameters and fixes its revision.
+func (s *Server) objectListRequest(ctx context.Context, q resourceReq, p params) (objectListReq, error) {
+	for _, name := range []string{"allowWatchBookmarks", "progress"} {
+		if p.has(name) {
+			return objectListReq{}, fmt.Errorf("%w: %s is a parameter of watch=true", ErrInvalidParam, name)
+		}
+	}
+	limit, err := p.int64("limit", 0, 0) // 0, as in Kubernetes, is no limit
+	if err != nil {
+		return objectListReq{}, err
+	}
+	token := p.q.Get("continue")
+	if p.has("continue") && token == "" {
+		return objectListReq{}, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
+	}
+	v, err := parseListVersion(p.q.Get("resourceVersion"), p.q.Get("resourceVersionMatch"), limit > 0, token != "")
+	if err != nil {
+		return objectListReq{}, err
+	}
+	prefix, isNew, err := s.listRange(ctx, q, token)
+	if err != nil {
+		return objectListReq{}, err
+	}
+	req := objectListReq{isNew: isNew, listRequest: listRequest{start: prefix, end: fsm.PrefixEnd(prefix),
+		token: token, limit: int(min(limit, int64(s.cfg.MaxListLimit))), count: limit > 0}}
 	if req.cons, err = p.consistency(); err != nil {
-		return err
+		return objectListReq{}, err
 	}
-	kvs, rev, cont, err := s.scanPage(ctx, req)
-	if err != nil {
-		return err
+	if v.sem == rvAny && p.has("consistency") {
+		v.sem = rvMostRecent // an explicit consistency= says how fresh "any" must be
 	}
-	if kvs, err = s.overlay(ctx, q, kvs, rev, isNew); err != nil {
-		return err
+	return req, s.resolveVersion(ctx, &req.listRequest, v)
+}
+
+// objectListError words a scan's revision errors as Kubernetes does: a compacted
+// revision is a 410 "too old resource version".
+func objectListError(err error) error {
+	if errors.Is(err, fsm.ErrCompacted) {
+		return fmt.Errorf("too old resource version: %w", err)
 	}
-	prefix = []byte(q.r.Prefix)
-	items := make([]map[string]any, 0, len(kvs))
+	return err
+}
+
+// objectList is the answer of a typed list: every object of pg presented in q's
+// version, those that cannot be in errors, and the list metadata (revision, the same
+// as resourceVersion; continue; remainingItemCount when known).
+func objectList(q resourceReq, pg listPage) map[string]any {
+	prefix := []byte(q.r.Prefix)
+	items := make([]map[string]any, 0, len(pg.kvs))
 	var failed []itemError
 	enc := q.readEncoding()
-	for _, kv := range kvs {
+	for _, kv := range pg.kvs {
 		obj, err := present(q, kv, enc)
 		if err != nil {
 			e := errorBody(err, false)
@@ -579,16 +633,18 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 		}
 		items = append(items, obj)
 	}
-	meta := map[string]any{"revision": rev}
-	if cont != "" {
-		meta["continue"] = cont
+	meta := map[string]any{"revision": pg.rev, "resourceVersion": strconv.FormatInt(pg.rev, 10)}
+	if pg.cont != "" {
+		meta["continue"] = pg.cont
+	}
+	if pg.remaining >= 0 {
+		meta["remainingItemCount"] = pg.remaining
 	}
 	out := map[string]any{"apiVersion": q.apiVersion(), "kind": "List", "metadata": meta, "items": items}
 	if len(failed) > 0 {
 		out["errors"] = failed
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }
 
 // itemError is a list's report of one object it cannot present (stored in a version

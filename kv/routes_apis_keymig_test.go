@@ -19,7 +19,7 @@ import (
 // under the new key.
 func newKeyMigServer(t *testing.T) *testServer {
 	t.Helper()
-	ts := newTestServer(t, func(c *Config) { c.DefaultListLimit = 10 })
+	ts := newTestServer(t)
 	s, err := versions.LoadSchema("testdata/widgets-keymig.yaml")
 	if err != nil {
 		t.Fatal(err)

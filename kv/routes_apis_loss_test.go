@@ -17,7 +17,7 @@ import (
 // newSchemaServer serves the schema file at path with a registered versions manager.
 func newSchemaServer(t *testing.T, path string) *testServer {
 	t.Helper()
-	ts := newTestServer(t, func(c *Config) { c.DefaultListLimit = 10 })
+	ts := newTestServer(t)
 	s, err := versions.LoadSchema(path)
 	if err != nil {
 		t.Fatal(err)

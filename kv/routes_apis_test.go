@@ -23,7 +23,7 @@ func (leaderStore) IsLeader() bool { return true }
 // v2, preferring v2) with a registered versions manager over the local store.
 func newResourceServer(t *testing.T) *testServer {
 	t.Helper()
-	ts := newTestServer(t, func(c *Config) { c.DefaultListLimit = 10 })
+	ts := newTestServer(t)
 	s, err := versions.LoadSchema("testdata/widgets-v1v2.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestResourceBadInput(t *testing.T) {
 	}
 	ts.expectError(http.MethodPut, "/apis/apps/v1/widgets/UPPER", []byte(`{}`), http.StatusBadRequest, api.ReasonBadRequest)
 	ts.expectError(http.MethodDelete, "/apis/apps/v1/widgets/w?revision=x", nil, http.StatusBadRequest, api.ReasonBadRequest)
-	ts.expectError(http.MethodGet, "/apis/apps/v1/widgets?limit=0", nil, http.StatusBadRequest, api.ReasonBadRequest)
+	ts.expectError(http.MethodGet, "/apis/apps/v1/widgets?limit=-1", nil, http.StatusBadRequest, api.ReasonBadRequest)
 	ts.expectError(http.MethodPut, api.PathKV+"%00keel/storageversions/apps/widgets", []byte("x"), http.StatusForbidden, api.ReasonReservedPrefix)
 	ts.expectError(http.MethodDelete, api.PathKV+"?prefix=true", nil, http.StatusBadRequest, api.ReasonBadRequest)
 	if got := ts.revision(); got != rev {
@@ -126,7 +126,7 @@ func TestResourceList(t *testing.T) {
 		Items []map[string]any
 	}
 	var all []map[string]any
-	q := url.Values{}
+	q := url.Values{"limit": {"10"}}
 	var rev int64
 	pages := 0
 	for {

@@ -13,7 +13,7 @@ import (
 // handleGet serves GET /v1/kv/{key...}: one key, or a list page with ?list=true.
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	p, err := parseParams(r, api.ParamRevision, api.ParamConsistency, api.ParamRaw,
-		api.ParamList, api.ParamLimit, api.ParamContinue)
+		api.ParamList, api.ParamLimit, api.ParamContinue, api.ParamRevisionMatch)
 	if err != nil {
 		return err
 	}
@@ -23,8 +23,8 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 		}
 		return s.handleList(w, r, p)
 	}
-	if p.has(api.ParamLimit) || p.has(api.ParamContinue) {
-		return fmt.Errorf("%w: limit and continue need list=true", ErrInvalidParam)
+	if p.has(api.ParamLimit) || p.has(api.ParamContinue) || p.has(api.ParamRevisionMatch) {
+		return fmt.Errorf("%w: limit, continue and revision_match need list=true", ErrInvalidParam)
 	}
 	key := r.PathValue("key")
 	if err := s.lim.checkKey(key); err != nil {

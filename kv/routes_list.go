@@ -25,17 +25,21 @@ type listRequest struct {
 	// page holds only keys it may read and the continue token names only such a key.
 	// A typed list, authorized by resource, leaves it nil.
 	keys *authorizer
+	// count asks scan for the remaining item count when it is cheap (countRest).
+	count bool
 }
 
-// handleList serves GET /v1/kv/{prefix...}?list=true: one page of the scan of every key
-// starting with prefix (everything when the prefix is empty).
+// handleList serves GET /v1/kv/{prefix...}?list=true: the keys starting with prefix
+// (everything when the prefix is empty), one page of them with ?limit=.
 //
-// Each page is one View.Range of at most limit items, so it costs O(limit·log n) and
-// never counts the range. The first page fixes the scan's revision (the requested one,
-// or the latest); the continue token carries it, with the next key and the range, so
-// every later page reads the same immutable revision on whichever node serves it.
+// With ?limit= each page is one View.Range of at most limit items, so it costs
+// O(limit·log n) and never counts the range. The first page fixes the scan's revision
+// (the requested one, or the latest); the continue token carries it, with the next key
+// and the range, so every later page reads the same immutable revision on whichever
+// node serves it. Without ?limit= the answer is the whole list or ErrListTooLarge
+// (scanAll): a client that did not ask for pages never gets a partial list.
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) error {
-	req, err := s.parseList(r, p)
+	req, v, err := s.parseList(r, p)
 	if err != nil {
 		return err
 	}
@@ -44,17 +48,31 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	kvs, rev, cont, err := s.scanPage(ctx, req)
+	if v.sem == rvNotOlderThan {
+		if err := s.resolveVersion(ctx, &req, v); err != nil {
+			return err
+		}
+	}
+	pg := listPage{remaining: -1}
+	if req.limit == 0 {
+		pg.kvs, pg.rev, err = s.scanAll(ctx, req)
+	} else {
+		req.count = true
+		pg, err = s.scan(ctx, req)
+	}
 	if err != nil {
 		return err
 	}
 	if strings.Contains(r.Header.Get("Accept"), api.ContentTypeBinaryList) {
-		writeBinaryList(w, kvs, rev, cont)
+		writeBinaryList(w, pg.kvs, pg.rev, pg.cont)
 		return nil
 	}
-	resp := api.ListResponse{Items: make([]api.KV, 0, len(kvs)), Revision: rev, Continue: cont}
-	for _, kv := range kvs {
+	resp := api.ListResponse{Items: make([]api.KV, 0, len(pg.kvs)), Revision: pg.rev, Continue: pg.cont}
+	for _, kv := range pg.kvs {
 		resp.Items = append(resp.Items, toAPI(kv))
+	}
+	if pg.remaining >= 0 {
+		resp.RemainingItemCount = &pg.remaining
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -79,16 +97,65 @@ func writeBinaryList(w http.ResponseWriter, kvs []fsm.KeyValue, rev int64, cont 
 	binListBufs.Put(bp)
 }
 
+// listPage is one page of a scan.
+type listPage struct {
+	kvs  []fsm.KeyValue
+	rev  int64  // the scan's revision
+	cont string // the next page's token; "" at the end
+	// remaining counts the items after this page when cont is set and the count is
+	// cheap (countRest); -1 when unknown or not asked for.
+	remaining int64
+}
+
 // scanPage reads one page of req's scan: at most req.limit items (fewer if they would
 // exceed MaxListBytes) at the scan's revision, and the continue token for the next page
 // ("" at the end). The first page fixes the revision (the requested one or the latest);
 // a token carries it, so every page reads the same immutable revision on any node.
+//
+//lint:ignore U1000 the shared page helper of the list doors (the etcd door calls it); the HTTP lists use scan for remainingItemCount
 func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyValue, rev int64, cont string, err error) {
+	pg, err := s.scan(ctx, req)
+	return pg.kvs, pg.rev, pg.cont, err
+}
+
+// scan is scanPage, with the remaining count when req.count asks for it.
+func (s *Server) scan(ctx context.Context, req listRequest) (listPage, error) {
+	pg := listPage{remaining: -1}
+	rd, err := s.readPage(ctx, req)
+	if err != nil {
+		return pg, err
+	}
+	pg.kvs, pg.rev = rd.kvs, rd.rev
+	if rd.next == nil {
+		return pg, nil
+	}
+	if req.count {
+		pg.remaining = countRest(rd.view, req, rd.next, rd.rev)
+	}
+	codec, err := s.tokenCodec(ctx)
+	if err != nil {
+		return pg, err
+	}
+	pg.cont = codec.encodeAs(s.tokenVersion(), continueToken{Revision: rd.rev, Next: rd.next, Start: req.start, End: req.end})
+	return pg, nil
+}
+
+// pageRead is what readPage read: the items of one page, the key the next page starts
+// at (nil at the end of the range), the scan's revision and the view it read.
+type pageRead struct {
+	kvs  []fsm.KeyValue
+	next []byte
+	rev  int64
+	view *fsm.View
+}
+
+// readPage reads one page of req's scan.
+func (s *Server) readPage(ctx context.Context, req listRequest) (pageRead, error) {
 	from := req.start
 	if req.token != "" {
 		tok, err := s.decodeToken(ctx, req)
 		if err != nil {
-			return nil, 0, "", err
+			return pageRead{}, err
 		}
 		from, req.rev = tok.Next, tok.Revision
 		if req.rev > 0 {
@@ -100,24 +167,25 @@ func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyVa
 	}
 	view, err := s.viewAt(ctx, req.cons, req.rev)
 	if err != nil {
-		return nil, 0, "", err
+		return pageRead{}, err
 	}
-	rev = req.rev
+	rev := req.rev
 	if rev == 0 {
 		rev = view.Revision()
 	}
-	var next []byte
 	if req.keys != nil {
 		from = req.keys.nextReadable(from, req.end) // nil: nothing readable is left
 	}
+	var kvs []fsm.KeyValue
+	var next []byte
 	if req.keys == nil || from != nil {
 		kvs, next, err = view.Range(from, req.end, rev, req.limit)
 	}
 	if errors.Is(err, fsm.ErrCompacted) {
-		return nil, 0, "", s.expired(ctx, req, from, revisionError(view, rev, err))
+		return pageRead{}, s.expired(ctx, req, from, revisionError(view, rev, err))
 	}
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("list: %w", revisionError(view, rev, err))
+		return pageRead{}, fmt.Errorf("list: %w", revisionError(view, rev, err))
 	}
 	if cut := s.fitPage(kvs); cut < len(kvs) {
 		kvs, next = kvs[:cut], kvs[cut].Key
@@ -130,48 +198,63 @@ func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyVa
 			next = req.keys.nextReadable(next, req.end)
 		}
 	}
-	if next != nil {
-		codec, err := s.tokenCodec(ctx)
-		if err != nil {
-			return nil, 0, "", err
-		}
-		cont = codec.encodeAs(s.tokenVersion(), continueToken{Revision: rev, Next: next, Start: req.start, End: req.end})
-	}
-	return kvs, rev, cont, nil
+	return pageRead{kvs: kvs, next: next, rev: rev, view: view}, nil
 }
 
-// parseList validates the parameters of a list request.
-func (s *Server) parseList(r *http.Request, p params) (listRequest, error) {
+// countRest counts the items of [next, end) at rev when that is cheap: when the rest of
+// the range is no longer than one more page of req.limit, which it reads (so a page
+// costs at most twice its own read, never O(n)); -1 when the range goes on beyond it.
+// The store keeps no counts of ranges (its B-tree is not order-statistic), so a larger
+// rest cannot be counted without visiting it. Under ACLs only the keys the token may
+// read are counted.
+func countRest(view *fsm.View, req listRequest, next []byte, rev int64) int64 {
+	kvs, more, err := view.Range(next, req.end, rev, req.limit)
+	if err != nil || more != nil {
+		return -1
+	}
+	n := int64(0)
+	for _, kv := range kvs {
+		if req.keys == nil || req.keys.key(kv.Key, false) {
+			n++
+		}
+	}
+	return n
+}
+
+// parseList validates the parameters of a list request. A limit absent or 0 leaves
+// req.limit 0: the whole list (scanAll).
+func (s *Server) parseList(r *http.Request, p params) (listRequest, listVersion, error) {
 	var req listRequest
 	prefix := r.PathValue("key")
 	if prefix != "" {
 		if err := s.lim.checkKey(prefix); err != nil {
-			return req, err
+			return req, listVersion{}, err
 		}
 		req.start, req.end = []byte(prefix), fsm.PrefixEnd([]byte(prefix))
 	}
 	if p.has(api.ParamRaw) {
-		return req, fmt.Errorf("%w: raw cannot be combined with list=true", ErrInvalidParam)
+		return req, listVersion{}, fmt.Errorf("%w: raw cannot be combined with list=true", ErrInvalidParam)
 	}
-	limit, err := p.int64(api.ParamLimit, 1, int64(s.cfg.DefaultListLimit))
+	limit, err := p.int64(api.ParamLimit, 0, 0)
 	if err != nil {
-		return req, err
+		return req, listVersion{}, err
 	}
 	if limit > int64(s.cfg.MaxListLimit) {
-		return req, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, limit, s.cfg.MaxListLimit)
+		return req, listVersion{}, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, limit, s.cfg.MaxListLimit)
 	}
 	req.limit = int(limit)
 	if req.rev, err = p.int64(api.ParamRevision, 0, 0); err != nil {
-		return req, err
+		return req, listVersion{}, err
 	}
 	if req.cons, err = p.consistency(); err != nil {
-		return req, err
+		return req, listVersion{}, err
 	}
 	req.token = p.q.Get(api.ParamContinue)
 	if p.has(api.ParamContinue) && req.token == "" {
-		return req, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
+		return req, listVersion{}, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
 	}
-	return req, nil
+	v, err := parseRawListVersion(p, req.rev)
+	return req, v, err
 }
 
 // decodeToken authenticates req's continue token and checks it against the request:
@@ -232,10 +315,14 @@ func (s *Server) expired(ctx context.Context, req listRequest, from []byte, err 
 func (s *Server) fitPage(kvs []fsm.KeyValue) int {
 	size := 0
 	for i, kv := range kvs {
-		size += len(kv.Key) + (len(kv.Value)*4+2)/3 + 96
+		size += itemBytes(kv)
 		if size > s.cfg.MaxListBytes && i > 0 {
 			return i
 		}
 	}
 	return len(kvs)
 }
+
+// itemBytes estimates the bytes of one list item in a JSON answer: key, base64 value
+// and the metadata around them.
+func itemBytes(kv fsm.KeyValue) int { return len(kv.Key) + (len(kv.Value)*4+2)/3 + 96 }

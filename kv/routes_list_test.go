@@ -99,21 +99,46 @@ func TestListBasics(t *testing.T) {
 	}
 }
 
-func TestListDefaultAndMaxLimit(t *testing.T) {
-	ts := newTestServer(t)
-	ts.putMany("k/%05d", 1001)
-	page := ts.listPage("k/", url.Values{})
-	if len(page.Items) != 1000 || page.Continue == "" {
-		t.Fatalf("default page: %d items, continue %v; want 1000 and a token", len(page.Items), page.Continue != "")
+// TestListWholeOrRefused: a list without ?limit= (or limit=0) is the whole list, never
+// a silent first page; one larger than MaxListLimit items or MaxListBytes is refused
+// with 413 ListTooLarge naming the bound and ?limit=, and paging still reads it.
+// Kills: scanAll returning its first page without ErrListTooLarge (a partial list
+// with 200), and a bound off by one (exactly MaxListLimit items refused).
+func TestListWholeOrRefused(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) { c.MaxListLimit = 100 })
+	ts.putMany("k/%05d", 100)
+	ts.put("k/deleted", "x")
+	ts.doJSON(http.MethodDelete, api.PathKV+"k/deleted", nil, http.StatusOK, nil)
+	for _, q := range []url.Values{{}, {"limit": {"0"}}} {
+		page := ts.listPage("k/", q)
+		if len(page.Items) != 100 || page.Continue != "" || page.RemainingItemCount != nil {
+			t.Fatalf("whole list %v: %d items, continue %v; want all 100 and no token", q, len(page.Items), page.Continue != "")
+		}
 	}
-	next := ts.listPage("k/", url.Values{"continue": {page.Continue}})
-	if len(next.Items) != 1 || next.Items[0].Key != "k/01000" || next.Continue != "" {
-		t.Fatalf("second page = %d items, continue %q", len(next.Items), next.Continue)
+	ts.put("k/extra", "x")
+	e := ts.expectError(http.MethodGet, "/v1/kv/k/?list=true", nil, http.StatusRequestEntityTooLarge, api.ReasonListTooLarge)
+	if !strings.Contains(e.Message, "100 items") || !strings.Contains(e.Message, "?limit=") {
+		t.Errorf("refusal %q does not name the bound and ?limit=", e.Message)
 	}
-	for _, q := range []string{"limit=10001", "limit=0", "limit=-3", "limit=x", "raw=true", "continue="} {
+	if items, _, pages, _ := ts.listAll("k/", 40); len(items) != 101 || pages != 3 {
+		t.Fatalf("paged: %d items in %d pages, want 101 in 3", len(items), pages)
+	}
+	for _, q := range []string{"limit=101", "limit=-3", "limit=x", "raw=true", "continue="} {
 		ts.expectError(http.MethodGet, "/v1/kv/k/?list=true&"+q, nil, 400, api.ReasonBadRequest)
 	}
-	ts.listPage("k/", url.Values{"limit": {"10000"}})
+	ts.listPage("k/", url.Values{"limit": {"100"}})
+
+	big := newTestServer(t, func(c *Config) { c.MaxListBytes = 1000 })
+	for i := range 3 {
+		big.doJSON(http.MethodPut, fmt.Sprintf("/v1/kv/m/%d", i), bytes.Repeat([]byte("x"), 300), 200, nil)
+	}
+	e = big.expectError(http.MethodGet, "/v1/kv/m/?list=true", nil, http.StatusRequestEntityTooLarge, api.ReasonListTooLarge)
+	if !strings.Contains(e.Message, "1000 bytes") {
+		t.Errorf("refusal %q does not name the byte bound", e.Message)
+	}
+	if items, _, _, _ := big.listAll("m/", 10); len(items) != 3 {
+		t.Fatalf("paged: %d items, want 3", len(items))
+	}
 }
 
 // tryDo sends one request and returns an error unless it is answered 200: for

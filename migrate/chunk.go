@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"maps"
 	"slices"
 	"time"
@@ -37,7 +38,17 @@ type rewrite struct {
 // and each object's mod revision is still the one the scan read; so a leader that
 // dies anywhere leaves rewrites and counts in agreement, and a new leader resumes with
 // exact counts. Objects a client changed since are left out and counted as skipped.
-func (m *Migrator) chunk(ctx context.Context, view *fsm.View, r *versions.Resource, st *Status) error {
+func (m *Migrator) chunk(ctx context.Context, view *fsm.View, r *versions.Resource, st *Status) (err error) {
+	ctx, span := startSpan(ctx, m.tracer, spanChunk, attribute.String("keel.resource", r.Key()),
+		attribute.String("keel.target", st.Target), attribute.Int64("keel.pass", int64(st.Pass)),
+		attribute.Int64("keel.scan_revision", st.ScanRevision))
+	scanned, migrated, skipped := st.Scanned, st.Migrated, st.Skipped
+	defer func() {
+		span.SetAttributes(attribute.Int64("keel.scanned", st.Scanned-scanned),
+			attribute.Int64("keel.migrated", st.Migrated-migrated), attribute.Int64("keel.skipped", st.Skipped-skipped),
+			attribute.Bool("keel.pass_scanned", st.ScanRevision == 0))
+		endSpan(span, err)
+	}()
 	prefix := []byte(r.Prefix)
 	start := prefix
 	if len(st.NextKey) > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"sort"
 	"time"
 
@@ -169,7 +170,19 @@ func CountKeys(view *fsm.View, k *versions.KeyMigration) (old, nw int64) {
 // Advance moves key migration k one phase forward (to: the target, which must be the
 // next phase; nil: the next phase), as a compare-and-swap on the phase record, if
 // AdvanceBlocked allows it; otherwise ErrPhaseRefused with the reason.
-func Advance(ctx context.Context, store Store, k *versions.KeyMigration, to *int, members []KeyMember, t Transition) (*api.KeyPhaseRecord, error) {
+func Advance(ctx context.Context, store Store, k *versions.KeyMigration, to *int, members []KeyMember, t Transition) (rec *api.KeyPhaseRecord, err error) {
+	ctx, span := startSpan(ctx, tracer(nil), spanKeyAdvance, attribute.String("keel.key_migration", k.Name))
+	defer func() {
+		if rec != nil {
+			span.SetAttributes(attribute.Int("keel.phase", rec.Phase))
+		}
+		endSpan(span, err)
+	}()
+	return advance(ctx, store, k, to, members, t)
+}
+
+// advance is Advance, inside its span.
+func advance(ctx context.Context, store Store, k *versions.KeyMigration, to *int, members []KeyMember, t Transition) (*api.KeyPhaseRecord, error) {
 	view, err := store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return nil, err
@@ -202,7 +215,20 @@ func Advance(ctx context.Context, store Store, k *versions.KeyMigration, to *int
 // any old key was deleted) it first copies the new keys back to the old ones (phase 4
 // with RollbackTo set; the leader's worker switches the phase when the copy is done),
 // refused when k's ops lose values; from 5 once deletion started it is refused.
-func Rollback(ctx context.Context, store Store, k *versions.KeyMigration, to int, t Transition) (*api.KeyPhaseRecord, error) {
+func Rollback(ctx context.Context, store Store, k *versions.KeyMigration, to int, t Transition) (rec *api.KeyPhaseRecord, err error) {
+	ctx, span := startSpan(ctx, tracer(nil), spanKeyRollPhase, attribute.String("keel.key_migration", k.Name),
+		attribute.Int("keel.rollback_to", to))
+	defer func() {
+		if rec != nil {
+			span.SetAttributes(attribute.Int("keel.phase", rec.Phase))
+		}
+		endSpan(span, err)
+	}()
+	return rollback(ctx, store, k, to, t)
+}
+
+// rollback is Rollback, inside its span.
+func rollback(ctx context.Context, store Store, k *versions.KeyMigration, to int, t Transition) (*api.KeyPhaseRecord, error) {
 	view, err := store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return nil, err

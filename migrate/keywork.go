@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"slices"
 	"time"
 
@@ -117,6 +119,16 @@ func (m *Migrator) autoAdvance(ctx context.Context, k *versions.KeyMigration) {
 // stands; more: the caller steps again without pausing. Only the leader should call it;
 // a stale leader's write fails its compare-and-swap.
 func (m *Migrator) KeyStep(ctx context.Context, k *versions.KeyMigration) (more bool, err error) {
+	ctx, span := startSpan(ctx, m.tracer, spanKeyStep, attribute.String("keel.key_migration", k.Name))
+	defer func() {
+		span.SetAttributes(attribute.Bool("keel.more", more))
+		endSpan(span, err)
+	}()
+	return m.keyStep(ctx, k)
+}
+
+// keyStep is KeyStep, inside its span.
+func (m *Migrator) keyStep(ctx context.Context, k *versions.KeyMigration) (more bool, err error) {
 	view, err := m.cfg.Store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return false, err
@@ -130,6 +142,7 @@ func (m *Migrator) KeyStep(ctx context.Context, k *versions.KeyMigration) (more 
 		return false, err
 	}
 	kind := workKind(rec)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("keel.phase", rec.Phase), attribute.String("keel.work", kind))
 	if kind == "" {
 		return false, nil
 	}
@@ -158,7 +171,9 @@ func (m *Migrator) KeyStep(ctx context.Context, k *versions.KeyMigration) (more 
 
 // endKeyPass counts exactly what the work has left (in view, after the pass's last
 // chunk): none ends the stage (or the work), some starts another pass.
-func (m *Migrator) endKeyPass(ctx context.Context, view *fsm.View, k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) error {
+func (m *Migrator) endKeyPass(ctx context.Context, view *fsm.View, k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) (err error) {
+	ctx, span := startSpan(ctx, m.tracer, spanKeyPassEnd, keyAttrs(k, rec, w)...)
+	defer func() { endSpan(span, err) }()
 	next := *w
 	next.Left = keysLeft(view, k, w)
 	next.KeysPerSecond, next.ETASeconds = 0, 0
@@ -273,7 +288,13 @@ func (m *Migrator) plan(view *fsm.View, k *versions.KeyMigration, w *api.KeyWork
 
 // keyChunk scans the next chunk of w's pass at its revision and applies what plan
 // decides, with the checkpoint, in one transaction.
-func (m *Migrator) keyChunk(ctx context.Context, view *fsm.View, k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) error {
+func (m *Migrator) keyChunk(ctx context.Context, view *fsm.View, k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) (err error) {
+	ctx, span := startSpan(ctx, m.tracer, spanKeyChunk, keyAttrs(k, rec, w)...)
+	var scanned, writes int
+	defer func() {
+		span.SetAttributes(attribute.Int("keel.scanned", scanned), attribute.Int("keel.writes", writes))
+		endSpan(span, err)
+	}()
 	prefix := scanRange(k, w)
 	start := prefix
 	if len(w.NextKey) > 0 {
@@ -304,6 +325,7 @@ func (m *Migrator) keyChunk(ctx context.Context, view *fsm.View, k *versions.Key
 	if nextKey == nil {
 		next.ScanRevision = 0 // scanned: the next step counts what is left
 	}
+	scanned, writes = len(kvs), len(todo)
 	if err := m.wait(ctx, len(todo)); err != nil {
 		return err
 	}
@@ -378,7 +400,9 @@ func holds(view *fsm.View, c fsm.Compare) bool {
 
 // finishRollback switches the phase to the rollback's target once the reverse copy is
 // done (and, for phase 0, deletes the new range in the same transaction).
-func (m *Migrator) finishRollback(ctx context.Context, k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) error {
+func (m *Migrator) finishRollback(ctx context.Context, k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) (err error) {
+	ctx, span := startSpan(ctx, m.tracer, spanKeyRollback, keyAttrs(k, rec, w)...)
+	defer func() { endSpan(span, err) }()
 	next := *rec
 	to := *rec.RollbackTo
 	next.Phase, next.RollbackTo = to, nil
@@ -396,4 +420,10 @@ func (m *Migrator) finishRollback(ctx context.Context, k *versions.KeyMigration,
 	}
 	m.log.Info("key migration rolled back", "migration", k.Name, "phase", to, "copied_back", w.Written)
 	return nil
+}
+
+// keyAttrs are the span attributes of one step of k's work w in phase rec.
+func keyAttrs(k *versions.KeyMigration, rec *api.KeyPhaseRecord, w *api.KeyWork) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("keel.key_migration", k.Name), attribute.Int("keel.phase", rec.Phase),
+		attribute.String("keel.work", w.Kind), attribute.Int64("keel.pass_scanned_before", w.Scanned)}
 }

@@ -28,6 +28,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,12 +74,16 @@ type Config struct {
 	// Finished, when set, is called after a migration of resource succeeds (the agent
 	// refreshes the StorageState record, so it stops listing the old versions at once).
 	Finished func(ctx context.Context, resource string)
+	// TracerProvider receives the migrator's spans (trace.go); nil: the global one,
+	// a no-op unless the agent installed an exporter (-otlp-endpoint).
+	TracerProvider trace.TracerProvider
 }
 
 // Migrator runs the migrations while this node leads.
 type Migrator struct {
 	cfg    Config
 	log    hclog.Logger
+	tracer trace.Tracer
 	schema atomic.Pointer[versions.Schema] // cfg.Schema, or the last SetSchema
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -109,7 +115,7 @@ func New(cfg Config) (*Migrator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	m := &Migrator{cfg: cfg, log: cfg.Logger}
+	m := &Migrator{cfg: cfg, log: cfg.Logger, tracer: tracer(cfg.TracerProvider)}
 	m.schema.Store(cfg.Schema)
 	m.setRate(cfg.Rate)
 	return m, nil
@@ -209,6 +215,16 @@ func (m *Migrator) settings(view *fsm.View) (Settings, error) {
 // reports whether more work is waiting (the caller steps again without pausing).
 // Only the leader should call it; a status write from a stale leader fails its CAS.
 func (m *Migrator) Step(ctx context.Context, r *versions.Resource) (more bool, err error) {
+	ctx, span := startSpan(ctx, m.tracer, spanStep, attribute.String("keel.resource", r.Key()))
+	defer func() {
+		span.SetAttributes(attribute.Bool("keel.more", more))
+		endSpan(span, err)
+	}()
+	return m.step(ctx, r)
+}
+
+// step is Step, inside its span.
+func (m *Migrator) step(ctx context.Context, r *versions.Resource) (more bool, err error) {
 	view, err := m.cfg.Store.View(ctx, fsm.Linearizable)
 	if err != nil {
 		return false, err

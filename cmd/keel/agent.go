@@ -62,6 +62,7 @@ type agentFlags struct {
 	schema, testLogFaults                                    string
 	noMigrate, migrateDryRun                                 bool
 	migrateRate                                              int
+	otlpEndpoint                                             string
 	versionGCAfter                                           time.Duration
 	caFile, certFile, keyFile, crlFile                       string
 	verifyClients, insecure                                  bool
@@ -129,6 +130,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.caFile, "ca-file", "", "CA certificate (PEM) that signs every node's certificate; with -cert-file and -key-file turns TLS on for every port (SIGHUP reloads all three)")
 	fl.StringVar(&f.certFile, "cert-file", "", "this node's certificate (PEM), made with keel tls cert create -node ID; its ID is the node's")
 	fl.StringVar(&f.keyFile, "key-file", "", "key of -cert-file (PEM)")
+	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send the migrator's trace spans (a span per migration step, chunk and key-migration phase step) to this OpenTelemetry collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318 (default: no tracing)")
 	fl.StringVar(&f.crlFile, "crl-file", "", "the CA's certificate revocation list (PEM or DER, signed by -ca-file): a listed certificate is refused on every port (SIGHUP reloads it)")
 	fl.BoolVar(&f.verifyClients, "verify-clients", true, "with TLS, HTTP clients must present a certificate signed by -ca-file (keel tls cert create -client NAME); -verify-clients=false lets any client reach the HTTP port, and the first to call keel acl bootstrap owns the cluster")
 	fl.BoolVar(&f.insecure, "insecure", false, "run without TLS outside -dev: every port plain text, open to anyone who reaches it")
@@ -197,6 +199,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.Versions.GCAfter = f.versionGCAfter
 	cfg.Raft.LogFaults = f.testLogFaults
 	cfg.Migrate.DryRun, cfg.Migrate.Rate = f.migrateDryRun, f.migrateRate
+	cfg.OTLPEndpoint = f.otlpEndpoint
 	if f.migrateRate == 0 {
 		return errors.New("-migrate-rate 0 would never migrate: use -no-migrate (automatic migrations off)")
 	}

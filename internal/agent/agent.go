@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/internal/tracing"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -47,6 +49,7 @@ type Agent struct {
 	incarnation     uint64     // random per start; in gossip metadata and StorageVersion entries
 
 	stopMetrics func()
+	stopTracing func(context.Context) error
 	// stopLoops ends the agent's own goroutines (mintSecretLoop); loops waits for them.
 	stopLoops context.CancelFunc
 	loops     sync.WaitGroup
@@ -99,6 +102,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		incarnation: membership.NewIncarnation(), tls: tlsr}
 	if cfg.Insecure {
 		log.Warn("INSECURE: no TLS (-insecure or -dev): every port is plain text and unauthenticated; anyone who reaches them can read and change all data")
+	}
+	if cfg.OTLPEndpoint != "" {
+		if a.stopTracing, err = tracing.Setup(cfg.OTLPEndpoint, id, buildinfo.Version()); err != nil {
+			return nil, err
+		}
 	}
 	if err := a.start(ctx); err != nil {
 		// One path unwinds any partial start: Close checks every part.
@@ -221,6 +229,11 @@ func (a *Agent) Close(ctx context.Context) error {
 	var errs []error
 	if a.migrator != nil {
 		a.migrator.Close()
+	}
+	if a.stopTracing != nil {
+		if err := a.stopTracing(ctx); err != nil {
+			a.log.Warn("flushing spans", "error", err)
+		}
 	}
 	if a.versions != nil {
 		a.versions.Close()

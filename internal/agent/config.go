@@ -52,6 +52,10 @@ type Config struct {
 	// NoMigrate makes automatic migrations off in the initial cluster-wide settings:
 	// old-version objects move only when rewritten or when an operator starts one.
 	NoMigrate bool
+	// OTLPEndpoint, when set, is an OpenTelemetry collector's OTLP/HTTP base URL
+	// ("http://127.0.0.1:4318"): the migrator's spans are sent there (internal/tracing).
+	// Empty (the default): no tracing.
+	OTLPEndpoint string
 	// TLS names the CA, certificate and key of the node: HTTPS (and the stream
 	// protocol) on the HTTP port, mutual TLS on the Raft port, and gossip must be
 	// encrypted. The certificate must be a node certificate (keel://node/<id>); when

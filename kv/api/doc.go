@@ -25,8 +25,9 @@
 //	DELETE /v1/kv/{key}                                                  → DeleteResponse
 //	       ?prev_revision=N              delete only if the key's mod revision is N
 //	       ?prefix=true                  delete every key starting with {key}
-//	GET    /v1/kv/{prefix}?list=true     one page of keys with that prefix → ListResponse
-//	       &limit=N&continue=T&revision=R&consistency=serializable
+//	GET    /v1/kv/{prefix}?list=true     the keys with that prefix → ListResponse
+//	       &limit=N&continue=T           one page (no limit: all of them, or 413 ListTooLarge)
+//	       &revision=R[&revision_match=not_older_than]&consistency=serializable
 //	POST   /v1/txn                       body = TxnRequest                → TxnResponse
 //	POST   /v1/compact                   body = CompactRequest            → CompactResponse
 //	GET    /v1/status                                                    → StatusResponse

@@ -87,6 +87,11 @@ const (
 	ReasonClientCertRequired = "ClientCertRequired"
 	// ReasonTooLarge (413): the value or body exceeds the server's limit.
 	ReasonTooLarge = "TooLarge"
+	// ReasonListTooLarge (413): a list that did not ask for pages (no ?limit=) holds
+	// more items or bytes than the node serves in one answer (the message names the
+	// bound). Nothing is wrong with the request otherwise: ask for pages with ?limit=
+	// and follow the continue tokens.
+	ReasonListTooLarge = "ListTooLarge"
 	// ReasonHeadersTooLarge (431): the request's header exceeds the server's limit.
 	// The connection is closed after the answer.
 	ReasonHeadersTooLarge = "HeadersTooLarge"
@@ -110,6 +115,10 @@ const (
 	// ReasonTimeout (504): the request did not finish in time; a write's outcome is
 	// unknown (it may still be applied). Reads may be retried.
 	ReasonTimeout = "Timeout"
+	// ReasonResourceVersionTooLarge (504): a list asked for a revision (exact or not
+	// older than) that the cluster has not reached yet (Kubernetes' "Too large
+	// resource version"). Retry later, or with an older revision.
+	ReasonResourceVersionTooLarge = "ResourceVersionTooLarge"
 	// ReasonInternal (500): a bug or corrupt data on the server.
 	ReasonInternal = "Internal"
 )

@@ -50,7 +50,8 @@ type DeleteResponse struct {
 	Deleted int64 `json:"deleted"`
 }
 
-// ListResponse answers GET /v1/kv/{prefix}?list=true: one page of a paged scan.
+// ListResponse answers GET /v1/kv/{prefix}?list=true: one page of a paged scan with
+// ?limit=, the whole list without (then Continue is empty).
 //
 //	{"items":[{"key":"a/1",...},{"key":"a/2",...}],"revision":42,"continue":"AQ..."}
 //
@@ -65,8 +66,14 @@ type ListResponse struct {
 	Items []KV `json:"items"`
 	// Revision is the revision every page of the scan is served at.
 	Revision int64 `json:"revision"`
-	// Continue is an opaque token for the next page (pass it as ?continue=); empty
+	// Continue is an opaque token for the next page (pass it as ?continue=, unchanged:
+	// its contents are not part of the API and change between releases); empty
 	// when the scan is complete. It is valid on every node and across restarts until
 	// Revision is compacted.
 	Continue string `json:"continue,omitempty"`
+	// RemainingItemCount is how many items follow this page (KEP-365's
+	// remainingItemCount), set only when Continue is and the count is cheap to know:
+	// when the rest of the range is no longer than one more page of the same limit.
+	// It is exact when set. The binary encoding does not carry it.
+	RemainingItemCount *int64 `json:"remainingItemCount,omitempty"`
 }

@@ -30,10 +30,23 @@ const (
 	ParamPrefix = "prefix"
 	// ParamList = "true" makes GET list the keys starting with the path key.
 	ParamList = "list"
-	// ParamLimit is the page size of a list (default 1000, at most 10000).
+	// ParamLimit asks for a page of at most this many items (at most 10000); absent or
+	// 0 = the whole list, refused (413 ListTooLarge) when it holds more than 10000
+	// items or 32 MiB (the node's MaxListLimit and MaxListBytes).
 	ParamLimit = "limit"
 	// ParamContinue is the continue token of the previous page of a list.
 	ParamContinue = "continue"
+	// ParamRevisionMatch says how a list's ?revision=N is matched: "exact" (the
+	// default: revision N itself, 410 once compacted) or "not_older_than" (the
+	// answering node's latest revision, once it is at least N; 504
+	// ResourceVersionTooLarge when the cluster has not reached N).
+	ParamRevisionMatch = "revision_match"
+)
+
+// Values of ParamRevisionMatch.
+const (
+	RevisionMatchExact        = "exact"
+	RevisionMatchNotOlderThan = "not_older_than"
 )
 
 // Values of ParamConsistency.

@@ -418,3 +418,30 @@ func TestNewRejectsBadAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestPagerDefaultLimitOverWholeListBound: List without a Limit asks for the whole
+// list and gets IsTooLarge when the range is over the server's bound; a Pager without
+// a Limit still pages (DefaultPageLimit) and reads every key. Kills: NewPager leaving
+// Limit 0 (the pager's first request would be the refused whole list).
+func TestPagerDefaultLimitOverWholeListBound(t *testing.T) {
+	f := newFixture(t, func(c *kv.Config) { c.MaxListLimit = 1500 })
+	ctx := context.Background()
+	f.putMany(t, "w/%04d", 1600)
+	if _, err := f.c.List(ctx, "w/", client.ListOptions{}); !client.IsTooLarge(err) {
+		t.Fatalf("whole list over the bound = %v, want 413", err)
+	}
+	whole, err := f.c.List(ctx, "w/00", client.ListOptions{})
+	if err != nil || len(whole.Items) != 100 || whole.Continue != "" {
+		t.Fatalf("whole list under the bound: %v, err %v", whole, err)
+	}
+	n := 0
+	for _, err := range f.c.NewPager("w/", client.PagerOptions{}).All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 1600 {
+		t.Fatalf("pager read %d keys, want 1600", n)
+	}
+}

@@ -13,7 +13,9 @@ import (
 
 // ListOptions selects one page of a list.
 type ListOptions struct {
-	// Limit is the page size (0 = the server's default, 1000).
+	// Limit is the page size. 0 asks for the whole list: the server answers with
+	// every key or, when they are more than its bound (10000 keys or 32 MiB by
+	// default), a 413 ListTooLarge error ([IsTooLarge]); then page with a Limit.
 	Limit int
 	// Continue is the previous page's continue token ("" = the first page).
 	Continue string
@@ -23,9 +25,10 @@ type ListOptions struct {
 	Serializable bool
 }
 
-// List returns one page of the keys starting with prefix ("" = every key). Pass the
-// answer's Continue in ListOptions.Continue for the next page; the scan is complete
-// when it is empty. A page may hold zero items and still have a Continue.
+// List returns one page of the keys starting with prefix ("" = every key), or all of
+// them when opts.Limit is 0. Pass the answer's Continue in ListOptions.Continue for
+// the next page; the scan is complete when it is empty. A page may hold zero items and
+// still have a Continue. The Continue token is opaque: pass it back unchanged.
 func (c *Client) List(ctx context.Context, prefix string, opts ListOptions) (*api.ListResponse, error) {
 	q := url.Values{api.ParamList: {"true"}}
 	if opts.Limit > 0 {
@@ -48,9 +51,12 @@ func (c *Client) List(ctx context.Context, prefix string, opts ListOptions) (*ap
 	return &resp, nil
 }
 
+// DefaultPageLimit is a Pager's page size when PagerOptions.Limit is 0.
+const DefaultPageLimit = 1000
+
 // PagerOptions configures a Pager.
 type PagerOptions struct {
-	// Limit is the page size (0 = the server's default, 1000).
+	// Limit is the page size (0 = DefaultPageLimit). A pager always asks for pages.
 	Limit int
 	// Revision scans at this revision (0 = the latest when the first page is read).
 	Revision int64
@@ -79,6 +85,9 @@ type Pager struct {
 
 // NewPager returns a pager over the keys starting with prefix ("" = every key).
 func (c *Client) NewPager(prefix string, opts PagerOptions) *Pager {
+	if opts.Limit <= 0 {
+		opts.Limit = DefaultPageLimit
+	}
 	return &Pager{c: c, prefix: prefix, opts: opts, rev: opts.Revision}
 }
 
