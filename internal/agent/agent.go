@@ -33,8 +33,12 @@ type Agent struct {
 	node      *raft.Node
 	server    *kv.Server
 	ln        net.Listener
-	gossip    *gossip           // nil when gossip is off
-	tls       *tlsutil.Reloader // nil without TLS
+	// etcd serves the etcd v3 API on etcdLn; nil when Config.EtcdAddr is empty.
+	etcd    *kv.EtcdServer
+	etcdLn  net.Listener
+	etcdErr chan error
+	gossip  *gossip           // nil when gossip is off
+	tls     *tlsutil.Reloader // nil without TLS
 	// versions is the storage-version manager; nil without a schema.
 	versions *versions.Manager
 	// migrator rewrites old-version objects while this node leads; nil without a
@@ -153,6 +157,9 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	a.serving = true
 	go func() { a.serveErr <- a.server.Serve(ln) }()
+	if err := a.startEtcd(); err != nil {
+		return err
+	}
 	if cfg.Gossip != nil {
 		if err := a.startGossip(ctx); err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -176,6 +183,30 @@ func (a *Agent) start(ctx context.Context) error {
 		}()
 	}
 	return nil
+}
+
+// startEtcd serves the etcd v3 API when the config asks for it.
+func (a *Agent) startEtcd() error {
+	if a.cfg.EtcdAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.EtcdAddr)
+	if err != nil {
+		return fmt.Errorf("listen etcd %s: %w", a.cfg.EtcdAddr, err)
+	}
+	a.etcdLn = ln
+	a.etcd = kv.NewEtcdServer(a.server)
+	a.etcdErr = make(chan error, 1)
+	go func() { a.etcdErr <- a.etcd.Serve(ln) }()
+	return nil
+}
+
+// EtcdAddr is the address the etcd v3 API listens on, "" when it is off.
+func (a *Agent) EtcdAddr() string {
+	if a.etcdLn == nil {
+		return ""
+	}
+	return a.etcdLn.Addr().String()
 }
 
 // NodeID is this node's stable identity (persisted in the data directory).
@@ -227,6 +258,14 @@ func (a *Agent) Close(ctx context.Context) error {
 	}
 	if a.gossip != nil {
 		a.gossip.stopLoop()
+	}
+	if a.etcd != nil {
+		a.etcd.Stop(ctx)
+		if err := <-a.etcdErr; err != nil {
+			errs = append(errs, fmt.Errorf("etcd API: %w", err))
+		}
+	} else if a.etcdLn != nil {
+		a.etcdLn.Close()
 	}
 	if a.server != nil {
 		if err := a.server.Shutdown(ctx); err != nil {
