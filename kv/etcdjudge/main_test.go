@@ -73,13 +73,18 @@ type node struct {
 // startNode starts keel agent with the given extra flags on free loopback ports and
 // waits until its etcd door answers Status with a leader.
 func startNode(dir string, extra ...string) (*node, error) {
+	return startNodeRaft(dir, freeport.Addr(), extra...)
+}
+
+// startNodeRaft is startNode with the Raft address given.
+func startNodeRaft(dir, raftAddr string, extra ...string) (*node, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	n := &node{etcdAddr: freeport.Addr(), httpAddr: freeport.Addr(), logPath: filepath.Join(dir, "keel.log"),
 		done: make(chan struct{})}
 	args := append([]string{"agent", "-data-dir", filepath.Join(dir, "data"), "-http-addr", n.httpAddr,
-		"-raft-addr", freeport.Addr(), "-etcd-addr", n.etcdAddr}, extra...)
+		"-raft-addr", raftAddr, "-etcd-addr", n.etcdAddr}, extra...)
 	lf, err := os.Create(n.logPath)
 	if err != nil {
 		return nil, err
@@ -131,7 +136,7 @@ func (n *node) waitLeader(limit time.Duration) error {
 			return nil
 		}
 		last = err
-		time.Sleep(50 * time.Millisecond)
+		sleep()
 	}
 	return fmt.Errorf("no leader within %v (last error: %v)", limit, last)
 }
@@ -192,3 +197,6 @@ func testCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// sleep is the pause between two polls of a condition.
+func sleep() { time.Sleep(50 * time.Millisecond) }

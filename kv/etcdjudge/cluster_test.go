@@ -1,0 +1,124 @@
+package etcdjudge
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/keel-kv/keel/internal/freeport"
+)
+
+// startCluster starts three keel processes (plain text, ACLs allow): the first
+// bootstraps, the others join it.
+func startCluster(t *testing.T) []*node {
+	t.Helper()
+	dir := t.TempDir()
+	raft := []string{freeport.Addr(), freeport.Addr(), freeport.Addr()}
+	var nodes []*node
+	for i := range 3 {
+		args := []string{"-insecure", "-acl-default", "allow", "-node-id", fmt.Sprint("n", i+1)}
+		if i == 0 {
+			args = append(args, "-bootstrap")
+		} else {
+			args = append(args, "-join", raft[0])
+		}
+		n, err := startNodeRaft(filepath.Join(dir, fmt.Sprint("n", i+1)), raft[i], args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+		t.Cleanup(n.stop)
+	}
+	return nodes
+}
+
+// Three nodes: each lists the three members (its own client URL), a write through
+// one is read linearizably and watched through the others, and lockers on different
+// nodes exclude each other.
+func TestThreeNodes(t *testing.T) {
+	nodes := startCluster(t)
+	ctx := testCtx(t)
+	var clients []*clientv3.Client
+	for _, n := range nodes {
+		c, err := n.client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	for i, c := range clients {
+		waitMembers(t, c, 3)
+		ml, err := c.MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ml.Members {
+			if m.Name == fmt.Sprint("n", i+1) && (len(m.ClientURLs) != 1 || m.ClientURLs[0] != "http://"+nodes[i].etcdAddr) {
+				t.Fatalf("node %d lists itself as %v", i+1, m)
+			}
+		}
+	}
+	wch := clients[2].Watch(ctx, "/three/", clientv3.WithPrefix())
+	put, err := clients[0].Put(ctx, "/three/k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get, err := clients[1].Get(ctx, "/three/k")
+	if err != nil || len(get.Kvs) != 1 || get.Kvs[0].ModRevision != put.Header.Revision {
+		t.Fatalf("linearizable get on another node = %v, %v", get, err)
+	}
+	if ev := next(t, wch).Events[0]; ev.Type != mvccpb.PUT || ev.Kv.ModRevision != put.Header.Revision {
+		t.Fatalf("watch on a third node saw %v", ev)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var fences []int64
+	for _, c := range clients {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := concurrency.NewMutex(s, "/three/lock")
+			if err := m.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			fences = append(fences, m.Header().Revision)
+			mu.Unlock()
+			if err := m.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fencing revisions across nodes do not increase in lock order: %v", fences)
+		}
+	}
+}
+
+// waitMembers waits until the member list has n members (joins are applied a moment
+// after the joiner serves).
+func waitMembers(t *testing.T, c *clientv3.Client, n int) {
+	t.Helper()
+	for range 200 {
+		ml, err := c.MemberList(testCtx(t))
+		if err == nil && len(ml.Members) == n {
+			return
+		}
+		sleep()
+	}
+	t.Fatalf("the member list never reached %d members", n)
+}
