@@ -8,12 +8,14 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -70,6 +72,11 @@ func NewEtcdServer(s *Server) *EtcdServer {
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
 		grpc.MaxRecvMsgSize(int(max(s.cfg.MaxTxnBodyBytes, s.cfg.MaxValueBytes+int64(s.cfg.MaxKeyBytes))) + 4096),
+		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
+		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
+		// that would close their connections with "too many pings".
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
 	}
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS.Clone())))
