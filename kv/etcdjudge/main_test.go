@@ -2,6 +2,7 @@ package etcdjudge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -68,6 +69,8 @@ type node struct {
 	etcdAddr string
 	httpAddr string
 	logPath  string
+	// tls, when set, is the client side of a TLS node (CA, client certificate).
+	tls *tls.Config
 }
 
 // startNode starts keel agent with the given extra flags on free loopback ports and
@@ -78,11 +81,16 @@ func startNode(dir string, extra ...string) (*node, error) {
 
 // startNodeRaft is startNode with the Raft address given.
 func startNodeRaft(dir, raftAddr string, extra ...string) (*node, error) {
+	return startNodeTLS(dir, raftAddr, nil, extra...)
+}
+
+// startNodeTLS is startNodeRaft for a node whose clients use tc (nil: plain text).
+func startNodeTLS(dir, raftAddr string, tc *tls.Config, extra ...string) (*node, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	n := &node{etcdAddr: freeport.Addr(), httpAddr: freeport.Addr(), logPath: filepath.Join(dir, "keel.log"),
-		done: make(chan struct{})}
+		done: make(chan struct{}), tls: tc}
 	args := append([]string{"agent", "-data-dir", filepath.Join(dir, "data"), "-http-addr", n.httpAddr,
 		"-raft-addr", raftAddr, "-etcd-addr", n.etcdAddr}, extra...)
 	lf, err := os.Create(n.logPath)
@@ -107,7 +115,7 @@ func startNodeRaft(dir, raftAddr string, extra ...string) (*node, error) {
 
 // client is an etcd client of the node.
 func (n *node) client(opts ...func(*clientv3.Config)) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: []string{n.etcdAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: []string{n.etcdAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: n.tls}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -145,7 +153,12 @@ func (n *node) waitLeader(limit time.Duration) error {
 // cluster's secret and genesis record).
 func (n *node) ready() bool {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + n.httpAddr + "/readyz")
+	scheme := "http://"
+	if n.tls != nil {
+		c.Transport = &http.Transport{TLSClientConfig: n.tls}
+		scheme = "https://"
+	}
+	resp, err := c.Get(scheme + n.httpAddr + "/readyz")
 	if err != nil {
 		return false
 	}
