@@ -155,7 +155,7 @@ func (e *EtcdServer) admit(ctx context.Context, method string) (context.Context,
 		return nil, etcdError(fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA", ErrUnauthorized))
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	if first(md, rpctypes.MetadataRequireLeaderKey) == rpctypes.MetadataHasLeader {
+	if hasLeaderMD(ctx) {
 		if err := e.s.leaderContact(); err != nil {
 			return nil, etcdError(err)
 		}

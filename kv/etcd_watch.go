@@ -191,10 +191,8 @@ func (e *EtcdServer) watchReq(cr *pb.WatchCreateRequest) (watchReq, error) {
 	if cr.StartRevision < 0 {
 		return watchReq{}, fmt.Errorf("%w: start revision %d is negative", ErrInvalidParam, cr.StartRevision)
 	}
-	if cr.Fragment {
-		// Answers are never split: nothing to do; etcd clients accept whole ones.
-		cr.Fragment = false
-	}
+	// cr.Fragment is accepted and ignored: answers are never split, and etcd
+	// clients accept whole ones.
 	return watchReq{cons: fsm.Serializable, opts: fsm.WatchOptions{Key: op.Key, End: op.End,
 		StartRevision: cr.StartRevision, Buffer: e.s.cfg.WatchBuffer}}, nil
 }

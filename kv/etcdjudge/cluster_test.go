@@ -1,12 +1,14 @@
 package etcdjudge
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -106,6 +108,21 @@ func TestThreeNodes(t *testing.T) {
 		if fences[i] <= fences[i-1] {
 			t.Fatalf("fencing revisions across nodes do not increase in lock order: %v", fences)
 		}
+	}
+
+	// Without a quorum, a call with require-leader metadata is refused, even a
+	// serializable read that the node could answer alone.
+	nodes[0].stop()
+	nodes[1].stop()
+	for i := range 200 {
+		_, err := clients[2].Get(clientv3.WithRequireLeader(ctx), "/three/k", clientv3.WithSerializable())
+		if errors.Is(err, rpctypes.ErrNoLeader) {
+			break
+		}
+		if i == 199 {
+			t.Fatalf("a require-leader get on a node without a quorum: %v, want %v", err, rpctypes.ErrNoLeader)
+		}
+		sleep()
 	}
 }
 
