@@ -291,10 +291,7 @@ func (k etcdKV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 			return nil, err
 		}
 	}
-	if r.Revision < 1 {
-		return nil, fmt.Errorf("%w: compact revision %d must be >= 1", ErrInvalidParam, r.Revision)
-	}
-	res, err := k.e.s.apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: r.Revision})
+	res, err := k.e.s.compact(ctx, r.Revision)
 	if err != nil {
 		return nil, err
 	}

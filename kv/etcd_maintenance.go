@@ -81,11 +81,14 @@ func (m etcdMaintenance) Defragment(ctx context.Context, _ *pb.DefragmentRequest
 }
 
 // HashKV digests the node's state at its latest revision (fsm.View.Hash, folded to
-// 32 bits); only revision 0 or the latest one is served. Nodes at the same revision
+// 32 bits), for a token with the snapshot right (GET /v1/agent/snapshot's rule); only
+// revision 0 or the latest one is served. Nodes at the same revision
 // answer the same hash.
 func (m etcdMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	if az := authzOf(ctx); az != nil && !az.right(api.RightSnapshot) {
-		return nil, forbiddenRight(api.RightSnapshot)
+	if az := authzOf(ctx); az != nil {
+		if err := checkRule(routeRules["GET "+api.PathAgentSnapshot], az, nil); err != nil {
+			return nil, err
+		}
 	}
 	v, err := m.e.s.store.View(ctx, fsm.Serializable)
 	if err != nil {

@@ -182,19 +182,21 @@ func (ws *etcdWatchStream) create(cr *pb.WatchCreateRequest) {
 	ws.start(w, rev)
 }
 
-// watchReq validates a create request as a keel watch.
+// watchReq validates a create request as a keel watch: the range of a ranged get
+// (rangeOp), the rest as GET /v1/watch's (newWatchReq). Progress is the door's own.
 func (e *EtcdServer) watchReq(cr *pb.WatchCreateRequest) (watchReq, error) {
 	op, err := e.rangeOp(cr.Key, cr.RangeEnd)
 	if err != nil {
 		return watchReq{}, err
 	}
-	if cr.StartRevision < 0 {
-		return watchReq{}, fmt.Errorf("%w: start revision %d is negative", ErrInvalidParam, cr.StartRevision)
+	q, err := e.s.newWatchReq(string(op.Key), false, cr.StartRevision, cr.PrevKv, 0, fsm.Serializable)
+	if err != nil {
+		return watchReq{}, err
 	}
-	// cr.Fragment is accepted and ignored: answers are never split, and etcd
-	// clients accept whole ones.
-	return watchReq{cons: fsm.Serializable, opts: fsm.WatchOptions{Key: op.Key, End: op.End,
-		StartRevision: cr.StartRevision, Buffer: e.s.cfg.WatchBuffer}}, nil
+	// cr.Fragment is accepted and ignored: answers are never split, and etcd clients
+	// accept whole ones.
+	q.opts.End = op.End
+	return q, nil
 }
 
 // reserveID takes the client's watch ID (0: the next free one).
