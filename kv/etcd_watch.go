@@ -33,6 +33,7 @@ type etcdWatchStream struct {
 	stream pb.Watch_WatchServer
 	ctx    context.Context
 	sendMu sync.Mutex
+	done   bool // under sendMu: the handler returned, the stream takes no more sends
 
 	mu      sync.Mutex
 	watches map[int64]*etcdWatcher
@@ -87,6 +88,11 @@ func (x etcdWatch) Watch(stream pb.Watch_WatchServer) error {
 	}
 	cancel(nil)
 	ws.closeAll()
+	// recvLoop may still be handling a request until its Recv fails, which happens
+	// once this handler has returned: what it would send is dropped.
+	ws.sendMu.Lock()
+	ws.done = true
+	ws.sendMu.Unlock()
 	return err
 }
 
@@ -112,6 +118,9 @@ func (ws *etcdWatchStream) recvLoop() error {
 func (ws *etcdWatchStream) send(resp *pb.WatchResponse) error {
 	ws.sendMu.Lock()
 	defer ws.sendMu.Unlock()
+	if ws.done {
+		return context.Canceled
+	}
 	return ws.stream.Send(resp)
 }
 
