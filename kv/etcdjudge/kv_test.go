@@ -146,6 +146,32 @@ func TestTxn(t *testing.T) {
 	}
 }
 
+// A ranged delete with prev_kv takes two operations of keel's transaction (a get
+// and the delete): the answers of the ops after it still line up.
+func TestTxnDeletePrefixPrevKVThenOps(t *testing.T) {
+	c, ctx := newClient(t), testCtx(t)
+	for _, k := range []string{"/txnd/a", "/txnd/b"} {
+		if _, err := c.Put(ctx, k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := c.Txn(ctx).Then(clientv3.OpDelete("/txnd/", clientv3.WithPrefix(), clientv3.WithPrevKV()),
+		clientv3.OpPut("/txnz/k", "v", clientv3.WithPrevKV()), clientv3.OpGet("/txnz/k")).Commit()
+	if err != nil || len(resp.Responses) != 3 {
+		t.Fatalf("txn = %v, %v", resp, err)
+	}
+	del := resp.Responses[0].GetResponseDeleteRange()
+	if del == nil || del.Deleted != 2 || len(del.PrevKvs) != 2 || string(del.PrevKvs[1].Value) != "/txnd/b" {
+		t.Fatalf("ranged delete in a txn = %v", resp.Responses[0])
+	}
+	if resp.Responses[1].GetResponsePut() == nil {
+		t.Fatalf("second answer = %v, want the put's", resp.Responses[1])
+	}
+	if rr := resp.Responses[2].GetResponseRange(); rr == nil || len(rr.Kvs) != 1 || string(rr.Kvs[0].Value) != "v" {
+		t.Fatalf("third answer = %v, want the get of the put key", resp.Responses[2])
+	}
+}
+
 // keel's own records (under "\x00keel/") are neither visible nor writable.
 func TestReservedKeysInvisible(t *testing.T) {
 	c, ctx := newClient(t), testCtx(t)
