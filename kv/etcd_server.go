@@ -8,8 +8,10 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	hraft "github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -55,7 +57,8 @@ type EtcdServer struct {
 	s      *Server
 	grpc   *grpc.Server
 	health *health.Server
-	addr   string // set by Serve: the listener's address, for MemberList
+	addr   string                                // set by Serve: the listener's address, for MemberList
+	ids    struct{ self, cluster atomic.Uint64 } // cached by selfID, clusterID
 
 	mu      sync.Mutex
 	closed  bool
@@ -243,15 +246,36 @@ func (e *EtcdServer) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc
 	return nil
 }
 
-// header is the response header of an answer at revision rev.
+// header is the response header of an answer at revision rev. It is built for
+// every answer and every watch event, so it reads no member list.
 func (e *EtcdServer) header(rev int64) *pb.ResponseHeader {
-	st := e.s.store.Status()
-	return &pb.ResponseHeader{ClusterId: e.clusterID(), MemberId: memberID(st.NodeID), Revision: rev, RaftTerm: st.Term}
+	return &pb.ResponseHeader{ClusterId: e.clusterID(), MemberId: e.selfID(), Revision: rev, RaftTerm: e.term()}
+}
+
+// term is the node's current Raft term.
+func (e *EtcdServer) term() uint64 {
+	if r, ok := e.s.store.(interface{ Raft() *hraft.Raft }); ok && r.Raft() != nil {
+		return r.Raft().CurrentTerm()
+	}
+	return e.s.store.Status().Term
+}
+
+// selfID is this node's member ID, computed once.
+func (e *EtcdServer) selfID() uint64 {
+	if id := e.ids.self.Load(); id != 0 {
+		return id
+	}
+	id := memberID(e.s.store.Status().NodeID)
+	e.ids.self.Store(id)
+	return id
 }
 
 // clusterID is the cluster's ID as etcd's 64-bit number (0 until the cluster metadata
-// is applied, or for a store that does not expose it).
+// is applied, or for a store that does not expose it); computed once known.
 func (e *EtcdServer) clusterID() uint64 {
+	if id := e.ids.cluster.Load(); id != 0 {
+		return id
+	}
 	type metaStore interface{ Store() *fsm.Store }
 	ms, ok := e.s.store.(metaStore)
 	if !ok {
@@ -261,7 +285,9 @@ func (e *EtcdServer) clusterID() uint64 {
 	if !ok {
 		return 0
 	}
-	return hash64(id)
+	h := hash64(id)
+	e.ids.cluster.Store(h)
+	return h
 }
 
 // memberID is a node's ID as etcd's 64-bit number: a hash of keel's node ID.
