@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/keel-kv/keel/fsm"
 )
@@ -74,21 +75,35 @@ func (l etcdLease) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*
 // lease that does not exist answers TTL 0, as etcd does (clients then drop it).
 // Each request runs with the rights the stream's token holds then.
 func (l etcdLease) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
+	ctx := stream.Context()
+	reqs := make(chan int64)
 	go func() {
-		select {
-		case <-l.e.stop:
-			cancel()
-		case <-ctx.Done():
+		// Ends when Recv fails: the client closed the stream, or the handler returned.
+		defer close(reqs)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqs <- req.ID:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	for {
-		req, err := stream.Recv()
-		if err != nil {
+		var id int64
+		var ok bool
+		select {
+		case id, ok = <-reqs:
+		case <-l.e.stop:
+			return rpctypes.ErrGRPCStopped
+		}
+		if !ok {
 			return nil // the client ended the stream, or it broke: nothing to answer
 		}
-		resp, err := l.keepAliveOnce(ctx, req.ID)
+		resp, err := l.keepAliveOnce(ctx, id)
 		if err != nil {
 			return err
 		}
