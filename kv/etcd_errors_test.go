@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -68,5 +70,30 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 	}
 	if etcdError(nil) != nil {
 		t.Error("etcdError(nil) is not nil")
+	}
+}
+
+// The etcd RPCs that do what an HTTP route does take that route's rule; a pattern
+// without a rule is refused, never let through (kills: a missing rule read as the
+// zero rule, which checks nothing).
+func TestRouteRightFailsClosed(t *testing.T) {
+	none := context.WithValue(context.Background(), authzKey{}, &authorizer{operator: map[string]bool{}})
+	compact := context.WithValue(context.Background(), authzKey{}, &authorizer{operator: map[string]bool{api.RightCompact: true}})
+	for _, c := range []struct {
+		ctx     context.Context
+		pattern string
+		ok      bool
+	}{
+		{context.Background(), "POST " + api.PathCompact, true}, // ACLs not enforced
+		{none, "POST " + api.PathCompact, false},
+		{compact, "POST " + api.PathCompact, true},
+		{compact, "GET " + api.PathAgentSnapshot, false},
+		{compact, "POST /v1/no-such-route", false},
+		{compact, "GET " + PathAPIs + "/{group}/{version}/{resource}", false},
+	} {
+		err := routeRight(c.ctx, c.pattern)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrForbidden)) {
+			t.Errorf("%s: %v, want allowed %v", c.pattern, err, c.ok)
+		}
 	}
 }

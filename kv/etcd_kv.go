@@ -286,10 +286,8 @@ func (k etcdKV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 // same command. physical is ignored: reads below the revision fail at once, the space
 // is reclaimed in the background.
 func (k etcdKV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	if az := authzOf(ctx); az != nil {
-		if err := checkRule(routeRules["POST "+api.PathCompact], az, nil); err != nil {
-			return nil, err
-		}
+	if err := routeRight(ctx, "POST "+api.PathCompact); err != nil {
+		return nil, err
 	}
 	res, err := k.e.s.compact(ctx, r.Revision)
 	if err != nil {

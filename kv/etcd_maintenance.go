@@ -24,10 +24,8 @@ type etcdCluster struct {
 // member's etcd address is not replicated, so its client URLs are empty and clients
 // that sync endpoints keep the ones they were given.
 func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	if az := authzOf(ctx); az != nil {
-		if err := checkRule(routeRules["GET "+api.PathAgentMembers], az, nil); err != nil {
-			return nil, err
-		}
+	if err := routeRight(ctx, "GET "+api.PathAgentMembers); err != nil {
+		return nil, err
 	}
 	st := c.e.s.store.Status()
 	resp := &pb.MemberListResponse{Header: c.e.header(c.e.revision(ctx))}
@@ -85,10 +83,8 @@ func (m etcdMaintenance) Defragment(ctx context.Context, _ *pb.DefragmentRequest
 // revision 0 or the latest one is served. Nodes at the same revision
 // answer the same hash.
 func (m etcdMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	if az := authzOf(ctx); az != nil {
-		if err := checkRule(routeRules["GET "+api.PathAgentSnapshot], az, nil); err != nil {
-			return nil, err
-		}
+	if err := routeRight(ctx, "GET "+api.PathAgentSnapshot); err != nil {
+		return nil, err
 	}
 	v, err := m.e.s.store.View(ctx, fsm.Serializable)
 	if err != nil {

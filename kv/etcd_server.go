@@ -315,6 +315,22 @@ func (e *EtcdServer) urlScheme() string {
 	return "http://"
 }
 
+// routeRight checks ctx's token against the access rule of an HTTP route pattern
+// whose rule needs no path value (an operator right, a lease right): the RPC does
+// what the route does, under the same rule. A pattern without a rule is refused
+// (fail closed, as an unregistered route is).
+func routeRight(ctx context.Context, pattern string) error {
+	az := authzOf(ctx)
+	if az == nil {
+		return nil
+	}
+	rule, ok := routeRules[pattern]
+	if !ok || rule.kind == ruleResourceRead || rule.kind == ruleResourceWrite {
+		return fmt.Errorf("%w: route %q has no access rule this API can apply", ErrForbidden, pattern)
+	}
+	return checkRule(rule, az, nil)
+}
+
 // authorizedStream returns the rights of a long-lived stream's token as they are now
 // (a deleted token is refused), in the ctx of one of its requests.
 func (e *EtcdServer) authorizedStream(ctx context.Context) (context.Context, error) {
