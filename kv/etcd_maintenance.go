@@ -9,6 +9,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/versions"
 )
 
 // etcdCluster serves Cluster.MemberList from the Raft configuration. Membership
@@ -19,20 +20,30 @@ type etcdCluster struct {
 	e *EtcdServer
 }
 
+// EtcdURLKey is the record of a node's etcd client URL, written by the node when it
+// serves the etcd API (keel's own record: invisible through the KV APIs).
+func EtcdURLKey(nodeID string) string { return versions.SystemPrefix + "etcd/members/" + nodeID }
+
 // MemberList lists the Raft members; needs the members right (GET
-// /v1/agent/members's rule). Only this node's etcd client URL is known: another
-// member's etcd address is not replicated, so its client URLs are empty and clients
-// that sync endpoints keep the ones they were given.
+// /v1/agent/members's rule). A member's client URL is the one its record
+// (EtcdURLKey) holds: empty for a node that serves no etcd API, or has not written it
+// yet (this node's own is then its listener's).
 func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
 	if err := routeRight(ctx, "GET "+api.PathAgentMembers); err != nil {
 		return nil, err
 	}
+	v, err := c.e.s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return nil, err
+	}
 	st := c.e.s.store.Status()
-	resp := &pb.MemberListResponse{Header: c.e.header(c.e.revision(ctx))}
+	resp := &pb.MemberListResponse{Header: c.e.header(v.Revision())}
 	for _, m := range st.Members {
 		pm := &pb.Member{ID: memberID(m.ID), Name: m.ID, PeerURLs: []string{"http://" + m.Address},
 			IsLearner: m.Suffrage.String() != "Voter"}
-		if m.ID == st.NodeID {
+		if kv, err := v.Get([]byte(EtcdURLKey(m.ID)), 0); err == nil && len(kv.Value) > 0 {
+			pm.ClientURLs = []string{string(kv.Value)}
+		} else if m.ID == st.NodeID {
 			pm.ClientURLs = []string{c.e.urlScheme() + c.e.Addr()}
 		}
 		resp.Members = append(resp.Members, pm)

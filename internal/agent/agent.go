@@ -175,6 +175,13 @@ func (a *Agent) start(ctx context.Context) error {
 		defer a.loops.Done()
 		a.mintSecretLoop(lctx)
 	}()
+	if a.etcd != nil {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			a.publishEtcdURLLoop(lctx)
+		}()
+	}
 	if a.gossip != nil && a.versions != nil {
 		a.loops.Add(1)
 		go func() {
@@ -183,30 +190,6 @@ func (a *Agent) start(ctx context.Context) error {
 		}()
 	}
 	return nil
-}
-
-// startEtcd serves the etcd v3 API when the config asks for it.
-func (a *Agent) startEtcd() error {
-	if a.cfg.EtcdAddr == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", a.cfg.EtcdAddr)
-	if err != nil {
-		return fmt.Errorf("listen etcd %s: %w", a.cfg.EtcdAddr, err)
-	}
-	a.etcdLn = ln
-	a.etcd = kv.NewEtcdServer(a.server)
-	a.etcdErr = make(chan error, 1)
-	go func() { a.etcdErr <- a.etcd.Serve(ln) }()
-	return nil
-}
-
-// EtcdAddr is the address the etcd v3 API listens on, "" when it is off.
-func (a *Agent) EtcdAddr() string {
-	if a.etcdLn == nil {
-		return ""
-	}
-	return a.etcdLn.Addr().String()
 }
 
 // NodeID is this node's stable identity (persisted in the data directory).

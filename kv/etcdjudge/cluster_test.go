@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,17 +55,16 @@ func TestThreeNodes(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		clients = append(clients, c)
 	}
-	for i, c := range clients {
-		waitMembers(t, c, 3)
-		ml, err := c.MemberList(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ml.Members {
-			if m.Name == fmt.Sprint("n", i+1) && (len(m.ClientURLs) != 1 || m.ClientURLs[0] != "http://"+nodes[i].etcdAddr) {
-				t.Fatalf("node %d lists itself as %v", i+1, m)
-			}
-		}
+	want := map[string]string{}
+	for i, n := range nodes {
+		want[fmt.Sprint("n", i+1)] = "http://" + n.etcdAddr
+	}
+	for _, c := range clients {
+		waitMembers(t, c, want)
+	}
+	// clientv3's endpoint sync keeps every node.
+	if err := clients[0].Sync(ctx); err != nil || len(clients[0].Endpoints()) != 3 {
+		t.Fatalf("after Sync the client has endpoints %v (%v), want the three nodes", clients[0].Endpoints(), err)
 	}
 	wch := clients[2].Watch(ctx, "/three/", clientv3.WithPrefix())
 	put, err := clients[0].Put(ctx, "/three/k", "v")
@@ -126,16 +126,24 @@ func TestThreeNodes(t *testing.T) {
 	}
 }
 
-// waitMembers waits until the member list has n members (joins are applied a moment
-// after the joiner serves).
-func waitMembers(t *testing.T, c *clientv3.Client, n int) {
+// waitMembers waits until the member list names the members of want, each with its
+// client URL (joins and URL records are applied a moment after a node serves).
+func waitMembers(t *testing.T, c *clientv3.Client, want map[string]string) {
 	t.Helper()
+	var last []*etcdserverpb.Member
 	for range 200 {
 		ml, err := c.MemberList(testCtx(t))
-		if err == nil && len(ml.Members) == n {
-			return
+		if err == nil && len(ml.Members) == len(want) {
+			ok := true
+			for _, m := range ml.Members {
+				ok = ok && len(m.ClientURLs) == 1 && m.ClientURLs[0] == want[m.Name]
+			}
+			if ok {
+				return
+			}
+			last = ml.Members
 		}
 		sleep()
 	}
-	t.Fatalf("the member list never reached %d members", n)
+	t.Fatalf("the member list never named %v; last %v", want, last)
 }
