@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-soak image clean old-release upgrade-test test-loadgen
+.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-soak image clean old-release upgrade-test test-loadgen test-etcd
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -44,6 +44,11 @@ test-race:
 test-loadgen:
 	cd bench/loadgen && $(GO) test -count=1 -timeout 5m ./...
 
+# kv/etcdjudge is its own module (it pulls etcd's client): real keel processes driven
+# by clientv3 and its concurrency package, judging the etcd door.
+test-etcd:
+	cd kv/etcdjudge && $(GO) test -count=1 -timeout 5m ./...
+
 # In-process benchmarks: the state machine, tokens, and a real 3-node cluster on loopback
 # (writes/s at 1 and 64 clients, linearizable reads/s). Figures land in bench/results-unit.txt.
 bench:
@@ -68,6 +73,7 @@ lint:
 	$(GO) vet $(PKGS)
 	staticcheck $(PKGS)
 	cd bench/loadgen && $(GO) vet ./... && staticcheck ./...
+	cd kv/etcdjudge && $(GO) vet ./... && staticcheck ./...
 
 # Fault-injection scenarios over real keel processes and containers, each on the
 # backends it declares (~12 min). A run that cannot happen here (no Docker, no tmpfs)

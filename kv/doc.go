@@ -11,4 +11,9 @@
 // own beyond the cached cluster secret: any node can serve any request, and continue
 // tokens are valid on every node and across restarts because the secret that signs them
 // is replicated. The wire types live in kv/api; the Go client in kv/client.
+//
+// Besides HTTP, two more doors reach the same rules: the stream protocol (stream*.go)
+// and the etcd v3 gRPC API (etcd_*.go, [EtcdServer]). A door only translates: rights,
+// limits, reserved prefixes and validation live once, in helpers every door calls, and
+// each door maps errors to its protocol's in one function (classify, etcdError).
 package kv

@@ -28,6 +28,13 @@ func (s *Server) checkReservedWrites(txn *fsm.Txn) error {
 	return nil
 }
 
+// reservedKey reports whether key is one the KV API may not write (checkReservedOp):
+// keel's own records and the keys of typed resources. Doors that expose a plain
+// keyspace (the etcd door) hide such keys from reads and watches too.
+func (s *Server) reservedKey(key []byte) bool {
+	return s.checkReservedOp(fsm.Op{Type: fsm.OpPut, Key: key}) != nil
+}
+
 func (s *Server) checkReservedOp(op fsm.Op) error {
 	if op.Type != fsm.OpPut && op.Type != fsm.OpDelete && op.Type != fsm.OpDeleteRange {
 		return nil

@@ -112,7 +112,7 @@ func (s *Server) grantLease(ctx context.Context, id, ttl int64) (int64, error) {
 	_, err = s.apply(ctx, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: id, LeaseTTL: ttl * 1000})
 	done(err == nil)
 	if errors.Is(err, fsm.ErrLeaseExists) {
-		return 0, fmt.Errorf("lease grant: %w: lease %d exists", ErrConflict, id)
+		return 0, fmt.Errorf("lease grant: %w: lease %d: %w", ErrConflict, id, err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("lease grant: %w", err)

@@ -51,15 +51,25 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSONBody(w, r, s.cfg.MaxTxnBodyBytes, "compact body", "compact", &req); err != nil {
 		return err
 	}
-	if req.Revision < 1 {
-		return fmt.Errorf("compact: %w: revision %d must be >= 1", ErrInvalidBody, req.Revision)
-	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: req.Revision})
+	res, err := s.compact(ctx, req.Revision)
 	if err != nil {
-		return fmt.Errorf("compact to revision %d: %w", req.Revision, err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, api.CompactResponse{Revision: res.Revision, CompactRevision: req.Revision})
 	return nil
+}
+
+// compact compacts history up to rev (the HTTP route and the etcd door); the caller
+// has checked the compact right.
+func (s *Server) compact(ctx context.Context, rev int64) (*fsm.Result, error) {
+	if rev < 1 {
+		return nil, fmt.Errorf("compact: %w: revision %d must be >= 1", ErrInvalidBody, rev)
+	}
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: rev})
+	if err != nil {
+		return nil, fmt.Errorf("compact to revision %d: %w", rev, err)
+	}
+	return res, nil
 }

@@ -33,36 +33,42 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
-// decodeTxn decodes and validates a POST /v1/txn body into a state machine Txn. It
-// checks everything the state machine would reject, and the HTTP limits, so a bad
-// body fails here with a precise message before anything is proposed.
+// decodeTxn decodes and validates a POST /v1/txn body into a state machine Txn (see
+// limits.txn).
 func decodeTxn(body []byte, lim limits) (*fsm.Txn, error) {
 	var req api.TxnRequest
 	if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
+	return lim.txn(req)
+}
+
+// txn validates a transaction of any door into a state machine Txn. It checks
+// everything the state machine would reject, and the API limits, so a bad transaction
+// fails here with a precise message before anything is proposed.
+func (l limits) txn(req api.TxnRequest) (*fsm.Txn, error) {
 	for _, list := range []struct {
 		name string
 		n    int
 	}{{"compare", len(req.Compare)}, {"success", len(req.Success)}, {"failure", len(req.Failure)}} {
 		if list.n > fsm.MaxTxnOps {
-			return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d",
-				ErrInvalidBody, list.n, list.name, fsm.MaxTxnOps)
+			return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d: %w",
+				ErrInvalidBody, list.n, list.name, fsm.MaxTxnOps, fsm.ErrTooManyOps)
 		}
 	}
 	txn := &fsm.Txn{}
 	for i, c := range req.Compare {
-		fc, err := lim.compare(c)
+		fc, err := l.compare(c)
 		if err != nil {
 			return nil, fmt.Errorf("compare[%d]: %w", i, err)
 		}
 		txn.Compares = append(txn.Compares, fc)
 	}
 	var err error
-	if txn.Success, err = lim.ops(req.Success, "success"); err != nil {
+	if txn.Success, err = l.ops(req.Success, "success"); err != nil {
 		return nil, err
 	}
-	if txn.Failure, err = lim.ops(req.Failure, "failure"); err != nil {
+	if txn.Failure, err = l.ops(req.Failure, "failure"); err != nil {
 		return nil, err
 	}
 	return txn, nil

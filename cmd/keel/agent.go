@@ -52,6 +52,7 @@ type limitFlags struct {
 
 type agentFlags struct {
 	nodeID, dataDir, httpAddr, raftAddr, advertise, logLevel string
+	etcdAddr                                                 string
 	join, retryJoin                                          []string
 	dev, bootstrap                                           bool
 	gossipAddr, encrypt, clusterLabel                        string
@@ -100,6 +101,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.nodeID, "node-id", "", "node ID (default: stored in the data dir, or generated)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (required unless -dev)")
 	fl.StringVar(&f.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
+	fl.StringVar(&f.etcdAddr, "etcd-addr", "", "etcd v3 gRPC API listen address (empty or off: none; -dev serves it on "+devEtcdAddr+" unless off)")
 	fl.StringVar(&f.raftAddr, "raft-addr", def.Raft.BindAddr, "Raft and forwarding listen address")
 	fl.StringVar(&f.advertise, "advertise", "", "Raft address other nodes dial (default: -raft-addr)")
 	fl.StringSliceVar(&f.join, "join", nil, "members to join through (comma-separated): Raft addresses, or gossip addresses when gossip is on")
@@ -147,6 +149,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.NodeID = f.nodeID
 	cfg.DataDir = f.dataDir
 	cfg.HTTPAddr = f.httpAddr
+	cfg.EtcdAddr = etcdAddr(f, log)
 	cfg.Raft.BindAddr = f.raftAddr
 	cfg.Raft.AdvertiseAddr = f.advertise
 	cfg.Raft.Bootstrap = f.bootstrap || f.dev
@@ -240,6 +243,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	}
 	fmt.Fprintf(os.Stdout, "keel node %s serving %s://%s (raft %s, data dir %s)\n",
 		a.NodeID(), scheme, a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
+	if a.EtcdAddr() != "" {
+		fmt.Fprintf(os.Stdout, "etcd v3 API on %s://%s (etcdctl --endpoints %s)\n", scheme, a.EtcdAddr(), a.EtcdAddr())
+	}
 	if cfg.KV.ACLDefault == kv.ACLDeny {
 		fmt.Fprintf(os.Stdout, "ACL default deny: until `keel acl bootstrap`, this node answers only health, status and bootstrap\n")
 	}
@@ -272,6 +278,29 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		}
 	}
 	return serveErr
+}
+
+// devEtcdAddr is where keel agent -dev serves the etcd v3 API: etcd's own client port,
+// so that etcdctl works without flags.
+const devEtcdAddr = "127.0.0.1:2379"
+
+// etcdAddr is the etcd API address of -etcd-addr: "off" (or empty outside -dev) is
+// none; -dev without it takes devEtcdAddr, or any free loopback port when that one is
+// taken (another etcd, another dev node), and says so.
+func etcdAddr(f agentFlags, log hclog.Logger) string {
+	switch {
+	case f.etcdAddr == "off":
+		return ""
+	case f.etcdAddr != "" || !f.dev:
+		return f.etcdAddr
+	}
+	ln, err := net.Listen("tcp", devEtcdAddr)
+	if err != nil {
+		log.Warn("dev: the etcd port is taken; serving the etcd API on another free port", "port", devEtcdAddr, "error", err)
+		return "127.0.0.1:0"
+	}
+	ln.Close()
+	return devEtcdAddr
 }
 
 // errNoTLS is the refusal of a non-dev node without TLS: it says how to fix it.

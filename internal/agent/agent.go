@@ -35,8 +35,12 @@ type Agent struct {
 	node      *raft.Node
 	server    *kv.Server
 	ln        net.Listener
-	gossip    *gossip           // nil when gossip is off
-	tls       *tlsutil.Reloader // nil without TLS
+	// etcd serves the etcd v3 API on etcdLn; nil when Config.EtcdAddr is empty.
+	etcd    *kv.EtcdServer
+	etcdLn  net.Listener
+	etcdErr chan error
+	gossip  *gossip           // nil when gossip is off
+	tls     *tlsutil.Reloader // nil without TLS
 	// versions is the storage-version manager; nil without a schema.
 	versions *versions.Manager
 	// migrator rewrites old-version objects while this node leads; nil without a
@@ -161,6 +165,9 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	a.serving = true
 	go func() { a.serveErr <- a.server.Serve(ln) }()
+	if err := a.startEtcd(); err != nil {
+		return err
+	}
 	if cfg.Gossip != nil {
 		if err := a.startGossip(ctx); err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -176,6 +183,13 @@ func (a *Agent) start(ctx context.Context) error {
 		defer a.loops.Done()
 		a.mintSecretLoop(lctx)
 	}()
+	if a.etcd != nil {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			a.publishEtcdURLLoop(lctx)
+		}()
+	}
 	if a.gossip != nil && a.versions != nil {
 		a.loops.Add(1)
 		go func() {
@@ -240,6 +254,14 @@ func (a *Agent) Close(ctx context.Context) error {
 	}
 	if a.gossip != nil {
 		a.gossip.stopLoop()
+	}
+	if a.etcd != nil {
+		a.etcd.Stop(ctx)
+		if err := <-a.etcdErr; err != nil {
+			errs = append(errs, fmt.Errorf("etcd API: %w", err))
+		}
+	} else if a.etcdLn != nil {
+		a.etcdLn.Close()
 	}
 	if a.server != nil {
 		if err := a.server.Shutdown(ctx); err != nil {

@@ -28,6 +28,9 @@ type Config struct {
 	NodeID   string
 	DataDir  string
 	HTTPAddr string // default 127.0.0.1:7370
+	// EtcdAddr, when set, serves the etcd v3 gRPC API there (kv.EtcdServer), with the
+	// HTTP port's TLS, client-certificate rule and ACLs; empty serves none.
+	EtcdAddr string
 	Raft     raft.Config
 	KV       kv.Config
 	Logger   hclog.Logger
@@ -95,6 +98,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPAddr == "" {
 		return errors.New("agent: http address is required")
+	}
+	if c.EtcdAddr != "" && c.EtcdAddr == c.HTTPAddr {
+		return fmt.Errorf("agent: etcd address %s is the HTTP address: each needs its own port", c.EtcdAddr)
 	}
 	if c.BootstrapExpect < 0 {
 		return fmt.Errorf("agent: bootstrap-expect %d: want 0 (off) or a server count", c.BootstrapExpect)

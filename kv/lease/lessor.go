@@ -407,6 +407,15 @@ func (l *Lessor) keepAlive(ctx context.Context, id int64) (time.Duration, error)
 			return 0, raft.ErrNotLeader
 		}
 	}
+	l.mu.Unlock()
+	if err := l.checkExists(ctx, id); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	if l.mu.deadlines == nil {
+		l.mu.Unlock()
+		return 0, raft.ErrNotLeader
+	}
 	l.mu.deadlines[id] = now.Add(c.ttl)
 	l.mu.dirty[id] = true
 	if left := l.mu.promised[id].Sub(now); left >= c.ttl/2 {
@@ -430,6 +439,23 @@ func (l *Lessor) keepAlive(ctx context.Context, id int64) (time.Duration, error)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// checkExists fails with ErrLeaseNotFound when lease id is gone from the current view
+// (revoked or expired since the last poll, which seen still reflects): a keepalive
+// never renews what no longer exists.
+func (l *Lessor) checkExists(ctx context.Context, id int64) error {
+	v, err := l.store.View(ctx, fsm.Serializable)
+	if err != nil {
+		return err
+	}
+	if _, ok := v.Lease(id); !ok {
+		l.mu.Lock()
+		l.forgetLocked(id)
+		l.mu.Unlock()
+		return fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
+	}
+	return nil
 }
 
 // renewLoop writes the waiting renewals, all in one entry, until none wait: while one

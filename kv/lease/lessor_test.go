@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -150,5 +151,24 @@ func TestLessorObservesChangesOnly(t *testing.T) {
 	}
 	if c := l.mu.seen[3]; !c.at.Equal(t1) || c.remaining != time.Second {
 		t.Errorf("lease 3 checkpointed: %+v, want seen at %v with 1s remaining", c, t1)
+	}
+}
+
+// A keepalive of a lease revoked since the lessor last looked is ErrLeaseNotFound,
+// never a renewal of what no longer exists (kills: keepAlive trusting its stale seen
+// map, which answered the full TTL for a revoked lease).
+func TestLessorKeepAliveOfRevokedLease(t *testing.T) {
+	st, l := newLessorFixture(t)
+	ctx := context.Background()
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: 7, LeaseTTL: 10000})
+	if !l.takeOver(ctx, 1) {
+		t.Fatal("takeOver failed")
+	}
+	if _, err := l.keepAlive(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	mustApplyCmd(t, st, &fsm.Command{Type: fsm.CmdLeaseRevoke, LeaseIDs: []int64{7}})
+	if left, err := l.keepAlive(ctx, 7); !errors.Is(err, fsm.ErrLeaseNotFound) {
+		t.Fatalf("keepalive of a revoked lease = %v, %v; want ErrLeaseNotFound", left, err)
 	}
 }

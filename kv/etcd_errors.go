@@ -1,0 +1,111 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
+)
+
+// errEtcdUnsupported: the etcd door does not serve an option or a request kind yet;
+// nothing was done. The message names what is missing.
+var errEtcdUnsupported = errors.New("kv: not supported by keel's etcd API")
+
+// etcdUnsupported refuses what the door does not serve, naming it.
+func etcdUnsupported(what string) error {
+	return fmt.Errorf("%w: %s", errEtcdUnsupported, what)
+}
+
+// etcdUnimplemented answers an RPC this door does not serve.
+func etcdUnimplemented(method string) error {
+	return status.Error(codes.Unimplemented, "etcdserver: "+method+" is not served by keel's etcd API")
+}
+
+// etcdError maps an error to the gRPC status an etcd server would answer. It is the
+// only place that decides them. Where etcd has an error of its own, the answer is
+// exactly that one (clients compare messages: rpctypes.Error); keel's other refusals
+// keep their own message under the matching code. A status error passes unchanged.
+func etcdError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if e := etcdSentinel(err); e != nil {
+		return e
+	}
+	switch {
+	case errors.Is(err, errEtcdUnsupported), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidParam),
+		errors.Is(err, ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand), errors.Is(err, ErrInvalidContinueToken):
+		return status.Error(codes.InvalidArgument, "etcdserver: "+err.Error())
+	case errors.Is(err, ErrConflict):
+		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
+	case errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
+		errors.Is(err, versions.ErrNotRegistered), errors.Is(err, versions.ErrNoCommonEncoding):
+		return status.Error(codes.Unavailable, "etcdserver: "+err.Error())
+	}
+	return status.Error(codes.Unknown, "etcdserver: "+err.Error())
+}
+
+// etcdSentinel is etcd's own error for err, nil when etcd has none.
+func etcdSentinel(err error) error {
+	switch {
+	case errors.Is(err, fsm.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, fsm.ErrFutureRevision):
+		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, fsm.ErrTooManyOps):
+		return rpctypes.ErrGRPCTooManyOps
+	case errors.Is(err, fsm.ErrDuplicateKey):
+		return rpctypes.ErrGRPCDuplicateKey
+	case errors.Is(err, fsm.ErrLeaseNotFound):
+		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, fsm.ErrLeaseExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, errEtcdEmptyKey):
+		return rpctypes.ErrGRPCEmptyKey
+	case errors.Is(err, ErrTooLarge):
+		return rpctypes.ErrGRPCRequestTooLarge
+	case errors.Is(err, ErrUnauthorized):
+		return rpctypes.ErrGRPCInvalidAuthToken
+	case errors.Is(err, errEtcdAuthFailed):
+		return rpctypes.ErrGRPCAuthFailed
+	case errors.Is(err, errEtcdAuthNotEnabled):
+		return rpctypes.ErrGRPCAuthNotEnabled
+	case errors.Is(err, ErrForbidden), errors.Is(err, ErrReservedPrefix):
+		return rpctypes.ErrGRPCPermissionDenied
+	case errors.Is(err, ErrTooManyWatches), errors.Is(err, ErrTooManyRequests):
+		return rpctypes.ErrGRPCRequestTooManyRequests
+	case errors.Is(err, raft.ErrNoLeader):
+		return rpctypes.ErrGRPCNoLeader
+	case errors.Is(err, raft.ErrNotLeader):
+		return rpctypes.ErrGRPCLeaderChanged
+	case errors.Is(err, raft.ErrShutdown):
+		return rpctypes.ErrGRPCStopped
+	case errors.Is(err, raft.ErrTimeout):
+		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return rpctypes.ErrGRPCCanceled
+	}
+	return nil
+}
+
+// Errors only the etcd door raises (mapped in etcdSentinel).
+var (
+	// errEtcdEmptyKey: a request without a key.
+	errEtcdEmptyKey = errors.New("kv: etcd: key is not provided")
+	// errEtcdAuthFailed: Authenticate with an unknown user or a wrong password.
+	errEtcdAuthFailed = errors.New("kv: etcd: authentication failed")
+	// errEtcdAuthNotEnabled: Authenticate while the cluster enforces no ACLs.
+	errEtcdAuthNotEnabled = errors.New("kv: etcd: authentication is not enabled")
+)

@@ -1,0 +1,69 @@
+package kv
+
+import (
+	"strings"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/keel-kv/keel/fsm"
+)
+
+// etcd's sort targets and orders, revision filters, count, limit and keys_only, as
+// etcd answers them: filters first, then the sort (stable, key order among equals; a
+// target without an order ascends), count before the limit (kills: a sort order or
+// target ignored or swapped, count taken after the limit, a filter bound off by one).
+func TestShapeRangeAsEtcd(t *testing.T) {
+	e := &EtcdServer{s: &Server{}}
+	kvs := []fsm.KeyValue{ // key order, as a range returns them
+		{Key: []byte("a"), Value: []byte("3"), CreateRevision: 4, ModRevision: 9, Version: 2},
+		{Key: []byte("b"), Value: []byte("1"), CreateRevision: 2, ModRevision: 2, Version: 1},
+		{Key: []byte("c"), Value: []byte("2"), CreateRevision: 6, ModRevision: 7, Version: 2},
+		{Key: []byte("d"), Value: []byte("4"), CreateRevision: 1, ModRevision: 8, Version: 5},
+	}
+	for _, c := range []struct {
+		req   *pb.RangeRequest
+		keys  string
+		count int64
+		more  bool
+	}{
+		{&pb.RangeRequest{}, "abcd", 4, false},
+		{&pb.RangeRequest{Limit: 2}, "ab", 4, true},
+		{&pb.RangeRequest{SortTarget: pb.RangeRequest_CREATE}, "dbac", 4, false},
+		{&pb.RangeRequest{SortTarget: pb.RangeRequest_CREATE, SortOrder: pb.RangeRequest_DESCEND, Limit: 1}, "c", 4, true},
+		{&pb.RangeRequest{SortTarget: pb.RangeRequest_MOD, SortOrder: pb.RangeRequest_ASCEND}, "bcda", 4, false},
+		{&pb.RangeRequest{SortTarget: pb.RangeRequest_VERSION, SortOrder: pb.RangeRequest_DESCEND}, "dacb", 4, false},
+		{&pb.RangeRequest{SortTarget: pb.RangeRequest_VALUE, SortOrder: pb.RangeRequest_ASCEND}, "bcad", 4, false},
+		{&pb.RangeRequest{SortTarget: pb.RangeRequest_KEY, SortOrder: pb.RangeRequest_DESCEND}, "dcba", 4, false},
+		{&pb.RangeRequest{MinModRevision: 7, MaxModRevision: 8}, "cd", 2, false},
+		{&pb.RangeRequest{MinCreateRevision: 2, MaxCreateRevision: 4}, "ab", 2, false},
+		{&pb.RangeRequest{CountOnly: true}, "", 4, false},
+	} {
+		resp, err := e.shapeRange(c.req, kvs, false)
+		if err != nil {
+			t.Fatalf("%v: %v", c.req, err)
+		}
+		var keys strings.Builder
+		for _, kv := range resp.Kvs {
+			keys.Write(kv.Key)
+		}
+		if keys.String() != c.keys || resp.Count != c.count || resp.More != c.more {
+			t.Errorf("%v: keys %q count %d more %v, want %q %d %v", c.req, keys.String(), resp.Count, resp.More,
+				c.keys, c.count, c.more)
+		}
+	}
+	resp, err := e.shapeRange(&pb.RangeRequest{KeysOnly: true}, kvs, false)
+	if err != nil || len(resp.Kvs[0].Value) != 0 || resp.Kvs[0].ModRevision != 9 {
+		t.Fatalf("keys only: %v, %v", resp, err)
+	}
+	// A transaction's get cut by its limit answers only what needs no missing key.
+	if _, err := e.shapeRange(&pb.RangeRequest{SortTarget: pb.RangeRequest_CREATE}, kvs, true); err == nil {
+		t.Fatal("a sorted answer over a cut range was served")
+	}
+	if resp, err := e.shapeRange(&pb.RangeRequest{Limit: 2}, kvs, true); err != nil || len(resp.Kvs) != 2 || !resp.More {
+		t.Fatalf("the first keys of a cut range: %v, %v", resp, err)
+	}
+	if kvs[0].Key[0] != 'a' {
+		t.Fatal("shapeRange reordered its input (shared with other readers)")
+	}
+}

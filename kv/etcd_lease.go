@@ -1,0 +1,145 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/keel-kv/keel/fsm"
+)
+
+// etcdLease serves etcd's Lease service with the lease operations of /v1/leases
+// (grantLease, revokeLease, keepAliveLease, leaseTimeToLive, listLeases), whose
+// rights and bounds it inherits: TTLs outside [api.MinLeaseTTL, api.MaxLeaseTTL]
+// seconds are refused (etcd would raise a short TTL to its minimum).
+type etcdLease struct {
+	pb.UnimplementedLeaseServer
+	e *EtcdServer
+}
+
+// LeaseGrant serves Lease.LeaseGrant; ID 0 lets the server choose.
+func (l etcdLease) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	id, err := l.e.s.grantLease(ctx, r.ID, r.TTL)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.LeaseGrantResponse{Header: l.e.header(l.e.revision(ctx)), ID: id, TTL: r.TTL}, nil
+}
+
+// LeaseRevoke serves Lease.LeaseRevoke: the lease and its keys go at one revision.
+func (l etcdLease) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	res, err := l.e.s.revokeLease(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.LeaseRevokeResponse{Header: l.e.header(res.Revision)}, nil
+}
+
+// LeaseTimeToLive serves Lease.LeaseTimeToLive; a lease that does not exist answers
+// TTL -1, as etcd does.
+func (l etcdLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	info, err := l.e.s.leaseTimeToLive(ctx, r.ID)
+	if errors.Is(err, fsm.ErrLeaseNotFound) {
+		return &pb.LeaseTimeToLiveResponse{Header: l.e.header(l.e.revision(ctx)), ID: r.ID, TTL: -1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: l.e.header(info.Revision), ID: r.ID, TTL: info.TTL,
+		GrantedTTL: info.GrantedTTL}
+	if r.Keys {
+		for _, k := range info.Keys {
+			resp.Keys = append(resp.Keys, []byte(k))
+		}
+	}
+	return resp, nil
+}
+
+// LeaseLeases serves Lease.LeaseLeases: the leases the token could look up.
+func (l etcdLease) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	list, err := l.e.s.listLeases(ctx, fsm.Linearizable)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.LeaseLeasesResponse{Header: l.e.header(list.Revision)}
+	for _, li := range list.Leases {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: li.ID})
+	}
+	return resp, nil
+}
+
+// LeaseKeepAlive serves Lease.LeaseKeepAlive: one answer per request, in order. A
+// lease that does not exist answers TTL 0, as etcd does (clients then drop it).
+// Each request runs with the rights the stream's token holds then.
+func (l etcdLease) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	ctx := stream.Context()
+	reqs := make(chan int64)
+	go func() {
+		// Ends when Recv fails: the client closed the stream, or the handler returned.
+		defer close(reqs)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqs <- req.ID:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		var id int64
+		var ok bool
+		select {
+		case id, ok = <-reqs:
+		case <-l.e.stop:
+			return rpctypes.ErrGRPCStopped
+		}
+		if !ok {
+			return nil // the client ended the stream, or it broke: nothing to answer
+		}
+		resp, err := l.keepAliveOnce(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAliveResponse, error) {
+	ctx, err := l.e.authorizedStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !l.e.s.acquireRequest() {
+		return nil, l.e.s.tooManyRequests()
+	}
+	defer l.e.s.releaseRequest()
+	ctx, cancel := context.WithTimeout(ctx, l.e.s.cfg.RequestTimeout)
+	defer cancel()
+	left, err := l.e.s.keepAliveLease(ctx, id)
+	if errors.Is(err, fsm.ErrLeaseNotFound) {
+		return &pb.LeaseKeepAliveResponse{Header: l.e.header(l.e.revision(ctx)), ID: id, TTL: 0}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ttl := int64((left + time.Second - 1) / time.Second)
+	return &pb.LeaseKeepAliveResponse{Header: l.e.header(l.e.revision(ctx)), ID: id, TTL: ttl}, nil
+}
+
+// revision is the node's applied revision, for headers of answers that read none.
+func (e *EtcdServer) revision(ctx context.Context) int64 {
+	v, err := e.s.store.View(ctx, fsm.Serializable)
+	if err != nil {
+		return 0
+	}
+	return v.Revision()
+}

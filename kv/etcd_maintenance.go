@@ -1,0 +1,152 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/versions"
+)
+
+// etcdCluster serves Cluster.MemberList from the Raft configuration. Membership
+// changes are keel's (keel agent -join, /v1/agent/...): MemberAdd, MemberRemove,
+// MemberUpdate and MemberPromote answer Unimplemented.
+type etcdCluster struct {
+	pb.UnimplementedClusterServer
+	e *EtcdServer
+}
+
+// EtcdURLKey is the record of a node's etcd client URL, written by the node when it
+// serves the etcd API (keel's own record: invisible through the KV APIs).
+func EtcdURLKey(nodeID string) string { return versions.SystemPrefix + "etcd/members/" + nodeID }
+
+// MemberList lists the Raft members; needs the members right (GET
+// /v1/agent/members's rule). A member's client URL is the one its record
+// (EtcdURLKey) holds: empty for a node that serves no etcd API, or has not written it
+// yet (this node's own is then its listener's).
+func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if err := routeRight(ctx, "GET "+api.PathAgentMembers); err != nil {
+		return nil, err
+	}
+	v, err := c.e.s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return nil, err
+	}
+	st := c.e.s.store.Status()
+	resp := &pb.MemberListResponse{Header: c.e.header(v.Revision())}
+	for _, m := range st.Members {
+		pm := &pb.Member{ID: memberID(m.ID), Name: m.ID, PeerURLs: []string{"http://" + m.Address},
+			IsLearner: m.Suffrage.String() != "Voter"}
+		if kv, err := v.Get([]byte(EtcdURLKey(m.ID)), 0); err == nil && len(kv.Value) > 0 {
+			pm.ClientURLs = []string{string(kv.Value)}
+		} else if m.ID == st.NodeID {
+			pm.ClientURLs = []string{c.e.urlScheme() + c.e.Addr()}
+		}
+		resp.Members = append(resp.Members, pm)
+	}
+	return resp, nil
+}
+
+// etcdMaintenance serves Maintenance.Status, Alarm (none is ever raised), Defragment
+// (nothing to do: the store is in memory) and HashKV. Snapshot, MoveLeader, Hash
+// and Downgrade answer Unimplemented: keel's own operator routes do those.
+type etcdMaintenance struct {
+	pb.UnimplementedMaintenanceServer
+	e *EtcdServer
+}
+
+// Status answers without a token, as GET /v1/status does. Version is EtcdVersion;
+// the database sizes are not measured (0).
+func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := m.e.s.store.Status()
+	resp := &pb.StatusResponse{Header: m.e.header(m.e.revision(ctx)), Version: EtcdVersion, StorageVersion: EtcdVersion,
+		Leader: memberID(st.LeaderID), RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex}
+	for _, mb := range st.Members {
+		if mb.ID == st.NodeID {
+			resp.IsLearner = mb.Suffrage.String() != "Voter"
+		}
+	}
+	if st.LeaderID == "" {
+		resp.Errors = []string{"etcdserver: no leader"}
+	}
+	return resp, nil
+}
+
+// Alarm lists no alarms and accepts no change: keel raises none.
+func (m etcdMaintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	if r.Action != pb.AlarmRequest_GET {
+		return nil, etcdUnsupported("alarm activate and deactivate")
+	}
+	return &pb.AlarmResponse{Header: m.e.header(m.e.revision(ctx))}, nil
+}
+
+// Defragment does nothing: there is no file to defragment.
+func (m etcdMaintenance) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	return &pb.DefragmentResponse{Header: m.e.header(m.e.revision(ctx))}, nil
+}
+
+// HashKV digests the node's state at its latest revision (fsm.View.Hash, folded to
+// 32 bits), for a token with the snapshot right (GET /v1/agent/snapshot's rule); only
+// revision 0 or the latest one is served. Nodes at the same revision
+// answer the same hash.
+func (m etcdMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := routeRight(ctx, "GET "+api.PathAgentSnapshot); err != nil {
+		return nil, err
+	}
+	v, err := m.e.s.store.View(ctx, fsm.Serializable)
+	if err != nil {
+		return nil, err
+	}
+	if r.Revision != 0 && r.Revision != v.Revision() {
+		return nil, etcdUnsupported(fmt.Sprintf("HashKV at revision %d: only the latest revision (%d)", r.Revision, v.Revision()))
+	}
+	h := v.Hash()
+	return &pb.HashKVResponse{Header: m.e.header(v.Revision()), Hash: uint32(h ^ h>>32),
+		CompactRevision: v.CompactRevision(), HashRevision: v.Revision()}, nil
+}
+
+// Snapshot is keel's own (GET /v1/agent/snapshot), in keel's format.
+func (m etcdMaintenance) Snapshot(*pb.SnapshotRequest, grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
+	return etcdUnimplemented("Snapshot (use keel snapshot save)")
+}
+
+// etcdAuth serves Authenticate and AuthStatus. keel has no etcd users or roles: a
+// client authenticates as user "keel" with a keel ACL token's secret as password,
+// and gets that secret back as its token (a client may also send the secret as the
+// "token" metadata directly). User and role management answer Unimplemented: ACLs
+// are keel's (keel acl ...).
+type etcdAuth struct {
+	pb.UnimplementedAuthServer
+	e *EtcdServer
+}
+
+// EtcdAuthUser is the one user name Authenticate accepts.
+const EtcdAuthUser = "keel"
+
+// Authenticate checks the password as a keel token.
+func (a etcdAuth) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	if r.Name != EtcdAuthUser || r.Password == "" {
+		return nil, fmt.Errorf("%w: user %q: the user is %q, the password a keel ACL token", errEtcdAuthFailed, r.Name, EtcdAuthUser)
+	}
+	az, err := a.e.s.authenticate(ctx, bearer(r.Password))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", errEtcdAuthFailed, err)
+	case az == nil:
+		return nil, errEtcdAuthNotEnabled
+	}
+	return &pb.AuthenticateResponse{Header: a.e.header(a.e.revision(ctx)), Token: r.Password}, nil
+}
+
+// AuthStatus says whether ACLs are enforced.
+func (a etcdAuth) AuthStatus(ctx context.Context, _ *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
+	st, err := a.e.s.aclStateNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AuthStatusResponse{Header: a.e.header(a.e.revision(ctx)), Enabled: st.bootstrapped}, nil
+}

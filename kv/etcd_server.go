@@ -1,0 +1,352 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/keel-kv/keel/fsm"
+)
+
+// The etcd door: the etcd v3 gRPC API (KV, Watch, Lease, Cluster, Maintenance, Auth's
+// Authenticate, and gRPC health) on its own listener, so that etcd clients work
+// unchanged. The door only translates: every right, limit, reserved prefix and
+// validation is the one the HTTP routes and the stream protocol use (getKey-style
+// helpers, limits.op/compare/txn, applyTxn, checkTxnAccess, openWatch, grantLease ...),
+// and every error is mapped to etcd's own (rpctypes) in one function, etcdError.
+//
+// Revisions. keel has one revision space, shared by every door: an etcd client sees
+// the same numbers as an HTTP client. keel's own records (under "\x00keel/": ACLs,
+// storage versions, migrations) and typed resources' keys are written in that space
+// but are invisible through this door, so an etcd client sees gaps: consecutive
+// writes it makes may be more than one revision apart. etcd itself promises only
+// that revisions increase, and clients (kube-apiserver, concurrency) rely on no more.
+//
+// Keys. Every keel key is UTF-8, so no key holds the byte 0xff: etcd's range end
+// "\x00" (every key from the start key on) becomes the end "\xff" (etcdKeyspaceEnd),
+// which is above every key keel can hold.
+
+// EtcdVersion is the etcd release this door reports (Maintenance.Status): a version
+// that kube-apiserver and etcdctl accept. It says which API the door speaks, not that
+// keel is etcd.
+const EtcdVersion = "3.6.0"
+
+// etcdKeyspaceEnd is above every UTF-8 key: the translation of etcd's range end "\x00".
+const etcdKeyspaceEnd = "\xff"
+
+// EtcdServer serves the etcd v3 gRPC API over a Server's store and rules. Create it
+// with NewEtcdServer; Serve and Stop may be called from different goroutines.
+type EtcdServer struct {
+	s      *Server
+	grpc   *grpc.Server
+	health *health.Server
+	addr   string                                // set by Serve: the listener's address, for MemberList
+	ids    struct{ self, cluster atomic.Uint64 } // cached by selfID, clusterID
+
+	mu      sync.Mutex
+	closed  bool
+	streams sync.WaitGroup
+	stop    chan struct{} // closed by Stop: ends watch and keepalive streams
+}
+
+// NewEtcdServer returns the etcd door of s. It serves TLS when s does (with the same
+// certificates and client-certificate rule) and the same ACLs: an etcd client sends a
+// keel token as the "token" metadata (or gets it from Authenticate).
+func NewEtcdServer(s *Server) *EtcdServer {
+	e := &EtcdServer{s: s, health: health.NewServer(), stop: make(chan struct{})}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
+		grpc.ChainStreamInterceptor(e.streamInterceptor),
+		grpc.MaxRecvMsgSize(int(max(s.cfg.MaxTxnBodyBytes, s.cfg.MaxValueBytes+int64(s.cfg.MaxKeyBytes))) + 4096),
+		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
+		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
+		// that would close their connections with "too many pings".
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
+	}
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS.Clone())))
+	}
+	e.grpc = grpc.NewServer(opts...)
+	pb.RegisterKVServer(e.grpc, etcdKV{e: e})
+	pb.RegisterWatchServer(e.grpc, etcdWatch{e: e})
+	pb.RegisterLeaseServer(e.grpc, etcdLease{e: e})
+	pb.RegisterClusterServer(e.grpc, etcdCluster{e: e})
+	pb.RegisterMaintenanceServer(e.grpc, etcdMaintenance{e: e})
+	pb.RegisterAuthServer(e.grpc, etcdAuth{e: e})
+	healthpb.RegisterHealthServer(e.grpc, e.health)
+	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return e
+}
+
+// Serve serves the etcd API on ln until Stop; it returns nil after Stop.
+func (e *EtcdServer) Serve(ln net.Listener) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		ln.Close()
+		return errors.New("kv: etcd: Serve called after Stop")
+	}
+	e.addr = ln.Addr().String()
+	e.mu.Unlock()
+	e.s.log.Info("serving the etcd v3 API", "addr", e.addr, "tls", e.s.cfg.TLS != nil)
+	if err := e.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("kv: etcd: serve: %w", err)
+	}
+	return nil
+}
+
+// Stop ends the watch and keepalive streams, lets unary calls finish until ctx is
+// done, then closes every connection.
+func (e *EtcdServer) Stop(ctx context.Context) {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		close(e.stop)
+	}
+	e.mu.Unlock()
+	e.health.Shutdown()
+	done := make(chan struct{})
+	go func() { e.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.grpc.Stop()
+		<-done
+	}
+}
+
+// Addr is the address Serve listens on ("" before Serve).
+func (e *EtcdServer) Addr() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addr
+}
+
+// openMethods are served without a token: health, the status probe (as GET /v1/status
+// is), and Authenticate, which is how a client gets one.
+var openMethods = map[string]bool{
+	pb.Maintenance_Status_FullMethodName: true,
+	pb.Auth_Authenticate_FullMethodName:  true,
+}
+
+// admit runs every call's checks before its handler: the client certificate (when the
+// server requires one), the token (the "token" metadata, a keel ACL secret), and
+// etcd's require-leader metadata. It returns ctx carrying the token's authorizer.
+func (e *EtcdServer) admit(ctx context.Context, method string) (context.Context, error) {
+	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		return ctx, nil
+	}
+	if e.s.cfg.RequireClientCert && !verifiedPeer(ctx) {
+		return nil, etcdError(fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA", ErrUnauthorized))
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if hasLeaderMD(ctx) {
+		if err := e.s.leaderContact(); err != nil {
+			return nil, etcdError(err)
+		}
+	}
+	if openMethods[method] {
+		return ctx, nil
+	}
+	az, err := e.s.authenticate(ctx, bearer(first(md, rpctypes.TokenFieldNameGRPC)))
+	if err != nil {
+		return nil, etcdError(err)
+	}
+	return context.WithValue(ctx, authzKey{}, az), nil
+}
+
+// bearer turns the token metadata into the Authorization header authenticate reads.
+func bearer(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "Bearer " + token
+}
+
+func first(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// verifiedPeer reports whether the call came with a client certificate the TLS
+// configuration verified.
+func verifiedPeer(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && len(ti.State.VerifiedChains) > 0
+}
+
+func (e *EtcdServer) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo,
+	handler grpc.UnaryHandler) (any, error) {
+	ctx, err := e.admit(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	if !e.s.acquireRequest() {
+		return nil, etcdError(e.s.tooManyRequests())
+	}
+	defer e.s.releaseRequest()
+	ctx, cancel := context.WithTimeout(ctx, e.s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, etcdError(err)
+	}
+	return resp, nil
+}
+
+// admittedStream carries the authorizer admit found into a stream's handler.
+type admittedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s admittedStream) Context() context.Context { return s.ctx }
+
+func (e *EtcdServer) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
+	handler grpc.StreamHandler) error {
+	ctx, err := e.admit(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return rpctypes.ErrGRPCStopped
+	}
+	e.streams.Add(1)
+	e.mu.Unlock()
+	defer e.streams.Done()
+	if err := handler(srv, admittedStream{ServerStream: ss, ctx: ctx}); err != nil {
+		return etcdError(err)
+	}
+	return nil
+}
+
+// header is the response header of an answer at revision rev. It is built for
+// every answer and every watch event, so it reads no member list.
+func (e *EtcdServer) header(rev int64) *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: e.clusterID(), MemberId: e.selfID(), Revision: rev, RaftTerm: e.term()}
+}
+
+// term is the node's current Raft term.
+func (e *EtcdServer) term() uint64 {
+	if r, ok := e.s.store.(interface{ Raft() *hraft.Raft }); ok && r.Raft() != nil {
+		return r.Raft().CurrentTerm()
+	}
+	return e.s.store.Status().Term
+}
+
+// selfID is this node's member ID, computed once.
+func (e *EtcdServer) selfID() uint64 {
+	if id := e.ids.self.Load(); id != 0 {
+		return id
+	}
+	id := memberID(e.s.store.Status().NodeID)
+	e.ids.self.Store(id)
+	return id
+}
+
+// clusterID is the cluster's ID as etcd's 64-bit number (0 until the cluster metadata
+// is applied, or for a store that does not expose it); computed once known.
+func (e *EtcdServer) clusterID() uint64 {
+	if id := e.ids.cluster.Load(); id != 0 {
+		return id
+	}
+	type metaStore interface{ Store() *fsm.Store }
+	ms, ok := e.s.store.(metaStore)
+	if !ok {
+		return 0
+	}
+	id, _, ok := ms.Store().ClusterMeta()
+	if !ok {
+		return 0
+	}
+	h := hash64(id)
+	e.ids.cluster.Store(h)
+	return h
+}
+
+// memberID is a node's ID as etcd's 64-bit number: a hash of keel's node ID.
+func memberID(nodeID string) uint64 {
+	if nodeID == "" {
+		return 0
+	}
+	return hash64(nodeID)
+}
+
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
+}
+
+// urlScheme is the scheme of this door's URLs.
+func (e *EtcdServer) urlScheme() string {
+	if e.s.cfg.TLS != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// routeRight checks ctx's token against the access rule of an HTTP route pattern
+// whose rule needs no path value (an operator right, a lease right): the RPC does
+// what the route does, under the same rule. A pattern without a rule is refused
+// (fail closed, as an unregistered route is).
+func routeRight(ctx context.Context, pattern string) error {
+	az := authzOf(ctx)
+	if az == nil {
+		return nil
+	}
+	rule, ok := routeRules[pattern]
+	if !ok || rule.kind == ruleResourceRead || rule.kind == ruleResourceWrite {
+		return fmt.Errorf("%w: route %q has no access rule this API can apply", ErrForbidden, pattern)
+	}
+	return checkRule(rule, az, nil)
+}
+
+// authorizedStream returns the rights of a long-lived stream's token as they are now
+// (a deleted token is refused), in the ctx of one of its requests.
+func (e *EtcdServer) authorizedStream(ctx context.Context) (context.Context, error) {
+	az := authzOf(ctx)
+	if az == nil {
+		return ctx, nil
+	}
+	cur, err := e.s.current(az)
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, authzKey{}, cur), nil
+}
+
+// hasLeaderMD reports whether the client asked for require-leader semantics.
+func hasLeaderMD(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return strings.EqualFold(first(md, rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)
+}

@@ -1,0 +1,72 @@
+package etcdjudge
+
+import (
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A typed resource's keys (written through /apis) are invisible through the etcd
+// door, and neither writable nor deletable there (kills: reads or watches not hiding
+// reserved keys).
+func TestTypedResourcesInvisible(t *testing.T) {
+	schema, err := filepath.Abs("../../docs/examples/widgets-v1.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startNode(filepath.Join(t.TempDir(), "typed"), "-dev", "-schema", schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.stop()
+	c, err := n.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	wch := c.Watch(ctx, "/registry/", clientv3.WithPrefix())
+	put := func() int {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+n.httpAddr+"/apis/apps/v1/widgets/w1",
+			strings.NewReader(`{"spec":{"size":3}}`))
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := 0; put() != http.StatusCreated; i++ {
+		if i == 200 {
+			t.Fatal("PUT /apis/apps/v1/widgets/w1 never succeeded")
+		}
+		sleep()
+	}
+	if _, err := c.Put(ctx, "/registry/visible", "v"); err != nil {
+		t.Fatal(err)
+	}
+	all, err := c.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range all.Kvs {
+		if strings.HasPrefix(string(kv.Key), "/registry/apps/widgets/") || strings.HasPrefix(string(kv.Key), "\x00keel/") {
+			t.Fatalf("reserved key %q is visible", kv.Key)
+		}
+	}
+	if ev := next(t, wch).Events[0]; string(ev.Kv.Key) != "/registry/visible" {
+		t.Fatalf("the watch of /registry/ saw %q first", ev.Kv.Key)
+	}
+	if _, err := c.Put(ctx, "/registry/apps/widgets/w2", "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("put under a resource prefix: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	if _, err := c.Delete(ctx, "/registry/", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("delete over a resource prefix: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
+}
