@@ -66,6 +66,9 @@ type Config struct {
 	// MaxInFlight bounds the requests running at once (HTTP, and each request of
 	// every stream; not watches or health checks): 429 TooManyRequests above it.
 	MaxInFlight int
+	// MaxInFlightPerClient bounds the requests running at once from one source IP
+	// address (0 = no bound but MaxInFlight).
+	MaxInFlightPerClient int
 	// MaxStreamInFlight bounds the requests in flight on one stream connection: the
 	// server stops reading it until one finishes (backpressure).
 	MaxStreamInFlight int
@@ -105,32 +108,33 @@ const MaxRequestBytesLimit = 64 << 20
 // DefaultConfig returns the default configuration.
 func DefaultConfig() Config {
 	return Config{
-		Addr:               "127.0.0.1:7370",
-		MaxKeyBytes:        4096,
-		MaxValueBytes:      1536 * 1024,
-		MaxTxnBodyBytes:    8 << 20,
-		DefaultListLimit:   1000,
-		MaxListLimit:       10000,
-		MaxListBytes:       32 << 20,
-		RequestTimeout:     10 * time.Second,
-		ReadHeaderTimeout:  10 * time.Second,
-		ReadTimeout:        time.Minute,
-		WriteTimeout:       2 * time.Minute,
-		IdleTimeout:        2 * time.Minute,
-		SecretWait:         2 * time.Second,
-		RetryAfter:         time.Second,
-		MaxWatches:         10000,
-		MaxStreamWatches:   10000,
-		MaxWatchesPerToken: 2000,
-		MaxLeases:          10000,
-		MaxLeasesPerToken:  1000,
-		MaxConns:           10000,
-		MaxConnsPerClient:  2500,
-		MaxInFlight:        20000,
-		MaxStreamInFlight:  1024,
-		StreamFrameTimeout: 10 * time.Second,
-		WatchBuffer:        1024,
-		ACLDefault:         ACLAllow,
+		Addr:                 "127.0.0.1:7370",
+		MaxKeyBytes:          4096,
+		MaxValueBytes:        1536 * 1024,
+		MaxTxnBodyBytes:      8 << 20,
+		DefaultListLimit:     1000,
+		MaxListLimit:         10000,
+		MaxListBytes:         32 << 20,
+		RequestTimeout:       10 * time.Second,
+		ReadHeaderTimeout:    10 * time.Second,
+		ReadTimeout:          time.Minute,
+		WriteTimeout:         2 * time.Minute,
+		IdleTimeout:          2 * time.Minute,
+		SecretWait:           2 * time.Second,
+		RetryAfter:           time.Second,
+		MaxWatches:           10000,
+		MaxStreamWatches:     10000,
+		MaxWatchesPerToken:   2000,
+		MaxLeases:            10000,
+		MaxLeasesPerToken:    1000,
+		MaxConns:             10000,
+		MaxConnsPerClient:    2500,
+		MaxInFlight:          20000,
+		MaxInFlightPerClient: 5000,
+		MaxStreamInFlight:    1024,
+		StreamFrameTimeout:   10 * time.Second,
+		WatchBuffer:          1024,
+		ACLDefault:           ACLAllow,
 	}
 }
 
@@ -159,6 +163,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxListBytes < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxListBytes %d must be >= 1", c.MaxListBytes))
+	}
+	if c.MaxInFlightPerClient < 0 {
+		errs = append(errs, fmt.Errorf("kv: MaxInFlightPerClient %d must be >= 0", c.MaxInFlightPerClient))
 	}
 	if c.MaxConnsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("kv: MaxConnsPerClient %d must be >= 0", c.MaxConnsPerClient))

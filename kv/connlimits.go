@@ -21,9 +21,11 @@ import (
 //     included); one more is answered 429 TooManyConnections and closed. The source
 //     is the address, not a client certificate: the limit is applied at accept,
 //     before any TLS handshake.
-//   - requests in flight: at most MaxInFlight requests (HTTP, and every request of
-//     every stream) run at once; one more is answered 429 TooManyRequests. Health
-//     checks and watches do not count (watches have MaxWatches).
+//   - requests in flight: at most MaxInFlight requests (HTTP, every request of every
+//     stream, and the etcd door's) run at once, and at most MaxInFlightPerClient from
+//     one source IP address, so one client cannot keep every slot busy; one more is
+//     answered 429 TooManyRequests. Health checks and watches do not count (watches
+//     have MaxWatches and MaxWatchesPerToken).
 //   - per stream connection: at most MaxStreamInFlight requests in flight; the server
 //     stops reading the connection until one finishes (backpressure, no error).
 //   - a stream frame, once begun, must arrive whole within StreamFrameTimeout, or the
@@ -76,13 +78,7 @@ func (cc *clientConns) give(src string) {
 
 // sourceOf is the IP address of a connection's peer (the whole address if it has no
 // port).
-func sourceOf(c net.Conn) string {
-	a := c.RemoteAddr().String()
-	if host, _, err := net.SplitHostPort(a); err == nil {
-		return host
-	}
-	return a
-}
+func sourceOf(c net.Conn) string { return hostOf(c.RemoteAddr().String()) }
 
 func (l limitListener) Accept() (net.Conn, error) {
 	for {
@@ -138,20 +134,41 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// acquireRequest takes a slot for one request in flight; false when none is free.
-func (s *Server) acquireRequest() bool {
+// acquireRequest takes a slot for one request in flight from the source address src
+// ("" for none known); false when none is free. releaseRequest(src) gives it back.
+// Every door (HTTP, the stream protocol, the etcd API) takes its slots here.
+func (s *Server) acquireRequest(src string) bool {
 	if s.inFlight.Add(1) > int64(s.cfg.MaxInFlight) {
+		s.inFlight.Add(-1)
+		return false
+	}
+	if max := s.cfg.MaxInFlightPerClient; max > 0 && src != "" && !s.clientInFlight.take(src, max) {
 		s.inFlight.Add(-1)
 		return false
 	}
 	return true
 }
 
-func (s *Server) releaseRequest() { s.inFlight.Add(-1) }
+// releaseRequest gives back a slot acquireRequest(src) took.
+func (s *Server) releaseRequest(src string) {
+	if s.cfg.MaxInFlightPerClient > 0 && src != "" {
+		s.clientInFlight.give(src)
+	}
+	s.inFlight.Add(-1)
+}
 
 func (s *Server) tooManyRequests() error {
-	return fmt.Errorf("%w: this node runs its maximum of %d requests at once: retry later or on another node",
-		ErrTooManyRequests, s.cfg.MaxInFlight)
+	return fmt.Errorf("%w: this node runs its maximum of %d requests at once, or %d from one address: "+
+		"retry later or on another node", ErrTooManyRequests, s.cfg.MaxInFlight, s.cfg.MaxInFlightPerClient)
+}
+
+// hostOf is the IP address part of a peer address ("host:port"), the whole string if
+// it has no port.
+func hostOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // limitInFlight answers 429 to a request beyond MaxInFlight. Health checks, the
@@ -162,11 +179,12 @@ func (s *Server) limitInFlight(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !s.acquireRequest() {
+		src := hostOf(r.RemoteAddr)
+		if !s.acquireRequest(src) {
 			s.writeError(w, r, s.tooManyRequests())
 			return
 		}
-		defer s.releaseRequest()
+		defer s.releaseRequest(src)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -118,10 +118,11 @@ func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAl
 	if err != nil {
 		return nil, err
 	}
-	if !l.e.s.acquireRequest() {
+	src := peerHost(ctx)
+	if !l.e.s.acquireRequest(src) {
 		return nil, l.e.s.tooManyRequests()
 	}
-	defer l.e.s.releaseRequest()
+	defer l.e.s.releaseRequest(src)
 	ctx, cancel := context.WithTimeout(ctx, l.e.s.cfg.RequestTimeout)
 	defer cancel()
 	left, err := l.e.s.keepAliveLease(ctx, id)

@@ -205,10 +205,11 @@ func (e *EtcdServer) unaryInterceptor(ctx context.Context, req any, info *grpc.U
 	if err != nil {
 		return nil, err
 	}
-	if !e.s.acquireRequest() {
+	src := peerHost(ctx)
+	if !e.s.acquireRequest(src) {
 		return nil, etcdError(e.s.tooManyRequests())
 	}
-	defer e.s.releaseRequest()
+	defer e.s.releaseRequest(src)
 	ctx, cancel := context.WithTimeout(ctx, e.s.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := handler(ctx, req)
@@ -349,4 +350,13 @@ func (e *EtcdServer) authorizedStream(ctx context.Context) (context.Context, err
 func hasLeaderMD(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	return strings.EqualFold(first(md, rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)
+}
+
+// peerHost is the IP address of the gRPC peer of ctx ("" when unknown), for the
+// per-client request bound.
+func peerHost(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return hostOf(p.Addr.String())
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"net/http"
 	"testing"
@@ -45,5 +46,62 @@ func TestConnLimitPerClient(t *testing.T) {
 	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("health check of another client: %v %v, want 200", resp, err)
+	}
+}
+
+// TestInFlightLimitPerClient: one client (127.0.0.2) with its maximum of requests in
+// flight is refused one more with 429, while another client (127.0.0.3) is still
+// served (kills: no per-source bound on requests in flight — the first client then
+// takes every slot of the node).
+//
+//	MaxInFlight 3, MaxInFlightPerClient 2; linearizable reads held
+//	127.0.0.2: GET k, GET k in flight; GET k → 429
+//	127.0.0.3: GET k → served once the reads are released
+func TestInFlightLimitPerClient(t *testing.T) {
+	ts := newTestServer(t)
+	ts.put("k", "v")
+	srv, err := NewServer(func() Config {
+		c := DefaultConfig()
+		c.MaxInFlight, c.MaxInFlightPerClient = 3, 2
+		return c
+	}(), ts.store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	addr := ln.Addr().String()
+	get := func(c net.Conn) { c.Write([]byte("GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n\r\n")) }
+	release := ts.store.HoldLinearizable()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	held := []net.Conn{dialFrom(t, "127.0.0.2", addr), dialFrom(t, "127.0.0.2", addr)}
+	for _, c := range held {
+		get(c)
+	}
+	waitUntil(t, 5*time.Second, "two reads held", func() bool { return ts.store.Held() == 2 })
+	extra := dialFrom(t, "127.0.0.2", addr)
+	extra.SetDeadline(time.Now().Add(5 * time.Second))
+	get(extra)
+	if resp, err := http.ReadResponse(bufio.NewReader(extra), nil); err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third request of one client: %v %v, want 429", resp, err)
+	}
+	other := dialFrom(t, "127.0.0.3", addr)
+	other.SetDeadline(time.Now().Add(5 * time.Second))
+	get(other)
+	waitUntil(t, 5*time.Second, "the other client's read held", func() bool { return ts.store.Held() == 3 })
+	release()
+	released = true
+	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("request of another client: %v %v, want 200", resp, err)
 	}
 }

@@ -66,10 +66,12 @@ type Server struct {
 	guards atomic.Pointer[guardCache]
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
-	conns     atomic.Int64
-	inFlight  atomic.Int64
-	watchStop chan struct{}
-	stopOnce  sync.Once
+	conns    atomic.Int64
+	inFlight atomic.Int64
+	// clientInFlight counts the requests in flight per source address.
+	clientInFlight clientConns
+	watchStop      chan struct{}
+	stopOnce       sync.Once
 
 	// acl is the node's view of the ACL records (acl.go); nil until first read.
 	// aclRefresh is when an unknown token last made it re-read them at the leader.

@@ -86,6 +86,7 @@ func (s *Server) leaderContact() error {
 type streamConn struct {
 	s      *Server
 	conn   net.Conn
+	src    string // the client's address, for the per-client request bound
 	br     *bufio.Reader
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -105,7 +106,7 @@ type streamConn struct {
 // az, the token of the upgrade request (nil: ACLs not enforced).
 func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader, az *authorizer) *streamConn {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), authzKey{}, az))
-	c := &streamConn{s: s, conn: conn, br: br, ctx: ctx, cancel: cancel,
+	c := &streamConn{s: s, conn: conn, src: sourceOf(conn), br: br, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, s.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),
 		bw: bufio.NewWriterSize(conn, streamBufSize)}
 	s.streams.Lock()
@@ -205,7 +206,7 @@ func (c *streamConn) serve() {
 		case <-c.ctx.Done():
 			return
 		}
-		if !c.s.acquireRequest() {
+		if !c.s.acquireRequest(c.src) {
 			<-c.sem
 			e := errorBody(c.s.tooManyRequests(), req.Op != api.StreamGet)
 			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &e})
@@ -235,7 +236,7 @@ func (c *streamConn) worker(req *api.StreamRequest) {
 	for {
 		resp := c.s.streamDo(c.ctx, req)
 		c.answer(&resp)
-		c.s.releaseRequest()
+		c.s.releaseRequest(c.src)
 		<-c.sem
 		c.wg.Done()
 		idle.Reset(streamWorkerIdle)

@@ -46,8 +46,8 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 
 // limitFlags are the connection, request and watch bounds of kv.Config (kv/connlimits.go).
 type limitFlags struct {
-	conns, clientConns, inFlight, streamInFlight, watches, streamWatches, tokenWatches int
-	leases, tokenLeases                                                                int
+	conns, clientConns, inFlight, clientInFlight, streamInFlight, watches, streamWatches, tokenWatches int
+	leases, tokenLeases                                                                                int
 }
 
 type agentFlags struct {
@@ -117,6 +117,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.IntVar(&f.limits.conns, "max-conns", def.KV.MaxConns, "client connections (HTTP and stream) open at once; one more is answered 429 and closed")
 	fl.IntVar(&f.limits.clientConns, "max-conns-per-client", def.KV.MaxConnsPerClient, "client connections open at once from one source address (0: only -max-conns); one more is answered 429 and closed")
 	fl.IntVar(&f.limits.inFlight, "max-in-flight", def.KV.MaxInFlight, "requests running at once (HTTP and every stream's); one more is answered 429")
+	fl.IntVar(&f.limits.clientInFlight, "max-in-flight-per-client", def.KV.MaxInFlightPerClient, "requests running at once from one source address (0: only -max-in-flight); one more is answered 429")
 	fl.IntVar(&f.limits.streamInFlight, "max-stream-in-flight", def.KV.MaxStreamInFlight, "requests in flight on one stream connection; beyond it the node stops reading that connection until one finishes")
 	fl.IntVar(&f.limits.watches, "max-watches", def.KV.MaxWatches, "watches the node serves at once; one more is answered 429")
 	fl.IntVar(&f.limits.streamWatches, "max-stream-watches", def.KV.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
@@ -173,6 +174,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	cfg.KV.MaxConns, cfg.KV.MaxInFlight, cfg.KV.MaxStreamInFlight = f.limits.conns, f.limits.inFlight, f.limits.streamInFlight
 	cfg.KV.MaxWatches, cfg.KV.MaxStreamWatches = f.limits.watches, f.limits.streamWatches
 	cfg.KV.MaxWatchesPerToken, cfg.KV.MaxConnsPerClient = f.limits.tokenWatches, f.limits.clientConns
+	cfg.KV.MaxInFlightPerClient = f.limits.clientInFlight
 	cfg.KV.MaxLeases, cfg.KV.MaxLeasesPerToken = f.limits.leases, f.limits.tokenLeases
 	switch f.aclDefault {
 	case "":
