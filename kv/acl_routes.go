@@ -287,15 +287,19 @@ func listRights(ctx context.Context, start, end []byte) (*authorizer, error) {
 }
 
 // checkTxnAccess refuses a KV API transaction unless az (nil: ACLs not enforced) may
-// read every key it compares or gets and write every key it puts or deletes, in both
-// branches. A put's lease needs no right of its own: rights on a lease follow its keys
+// read every key (or range) it compares or gets and write every key it puts or
+// deletes, in both branches, nested transactions (OpTxn) included. A put's lease needs no right of its own: rights on a lease follow its keys
 // (routes_lease.go).
 func checkTxnAccess(az *authorizer, txn *fsm.Txn) error {
-	if az == nil {
+	if az == nil || txn == nil {
 		return nil
 	}
 	for _, c := range txn.Compares {
-		if !az.key(c.Key, false) {
+		if c.End != nil {
+			if !az.span(c.Key, c.End, false) {
+				return forbiddenRange(c.Key, c.End, false)
+			}
+		} else if !az.key(c.Key, false) {
 			return forbiddenKey(c.Key, false)
 		}
 	}
@@ -312,6 +316,8 @@ func checkTxnAccess(az *authorizer, txn *fsm.Txn) error {
 // opAccess refuses op of a transaction unless az may read (write) what it touches.
 func opAccess(az *authorizer, o fsm.Op) error {
 	switch {
+	case o.Type == fsm.OpTxn:
+		return checkTxnAccess(az, o.Txn) // both branches: either may run
 	case o.Type == fsm.OpDeleteRange:
 		if !az.span(o.Key, o.End, true) {
 			return forbiddenRange(o.Key, o.End, true)

@@ -72,6 +72,12 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCLeaseExist
 	case errors.Is(err, errEtcdEmptyKey):
 		return rpctypes.ErrGRPCEmptyKey
+	case errors.Is(err, fsm.ErrKeyNotFound):
+		return rpctypes.ErrGRPCKeyNotFound
+	case errors.Is(err, errEtcdValueProvided):
+		return rpctypes.ErrGRPCValueProvided
+	case errors.Is(err, errEtcdLeaseProvided):
+		return rpctypes.ErrGRPCLeaseProvided
 	case errors.Is(err, ErrTooLarge):
 		return rpctypes.ErrGRPCRequestTooLarge
 	case errors.Is(err, ErrUnauthorized):
@@ -104,6 +110,10 @@ func etcdSentinel(err error) error {
 var (
 	// errEtcdEmptyKey: a request without a key.
 	errEtcdEmptyKey = errors.New("kv: etcd: key is not provided")
+	// errEtcdValueProvided: a put with ignore_value and a value.
+	errEtcdValueProvided = errors.New("kv: etcd: value is provided")
+	// errEtcdLeaseProvided: a put with ignore_lease and a lease.
+	errEtcdLeaseProvided = errors.New("kv: etcd: lease is provided")
 	// errEtcdAuthFailed: Authenticate with an unknown user or a wrong password.
 	errEtcdAuthFailed = errors.New("kv: etcd: authentication failed")
 	// errEtcdAuthNotEnabled: Authenticate while the cluster enforces no ACLs.

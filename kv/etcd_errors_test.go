@@ -32,6 +32,9 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 		{fsm.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
 		{fmt.Errorf("lease grant: %w: lease 7: %w", ErrConflict, fsm.ErrLeaseExists), rpctypes.ErrGRPCLeaseExist},
 		{errEtcdEmptyKey, rpctypes.ErrGRPCEmptyKey},
+		{fsm.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+		{errEtcdValueProvided, rpctypes.ErrGRPCValueProvided},
+		{errEtcdLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
 		{ErrTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 		{ErrUnauthorized, rpctypes.ErrGRPCInvalidAuthToken},
 		{errEtcdAuthFailed, rpctypes.ErrGRPCAuthFailed},
@@ -57,7 +60,7 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 		err  error
 		code codes.Code
 	}{
-		{etcdUnsupported("nested transactions"), codes.InvalidArgument},
+		{etcdUnsupported("a range at a revision inside a transaction"), codes.InvalidArgument},
 		{ErrInvalidKey, codes.InvalidArgument},
 		{ErrInvalidParam, codes.InvalidArgument},
 		{ErrConflict, codes.FailedPrecondition},

@@ -182,102 +182,79 @@ func etcdKeyValue(kv fsm.KeyValue, keysOnly bool) *mvccpb.KeyValue {
 
 // Put serves KV.Put as a one-op transaction.
 func (k etcdKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	req, err := k.e.putOp(r)
+	op, err := k.e.putOp(r)
 	if err != nil {
 		return nil, err
 	}
-	res, err := k.e.applyEtcdTxn(ctx, api.TxnRequest{Success: []api.Op{req}})
+	res, err := k.e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.PutResponse{Header: k.e.header(res.Revision)}
-	if r.PrevKv && len(res.Responses) > 0 && res.Responses[0].PrevKV != nil {
-		resp.PrevKv = etcdKeyValue(*res.Responses[0].PrevKV, false)
+	if len(res.Responses) != 1 {
+		return nil, fmt.Errorf("put: %d responses", len(res.Responses))
 	}
+	resp := putResponse(r, res.Responses[0])
+	resp.Header = k.e.header(res.Revision)
 	return resp, nil
 }
 
-// putOp translates a put; ignore_value and ignore_lease are not served yet.
-func (e *EtcdServer) putOp(r *pb.PutRequest) (api.Op, error) {
+// putOp translates a put, validated by limits.op. ignore_value and ignore_lease keep
+// the key's value or lease (fsm.Op.IgnoreValue, IgnoreLease); the key must exist.
+func (e *EtcdServer) putOp(r *pb.PutRequest) (fsm.Op, error) {
 	switch {
 	case len(r.Key) == 0:
-		return api.Op{}, errEtcdEmptyKey
-	case r.IgnoreValue:
-		return api.Op{}, etcdUnsupported("put with ignore_value")
-	case r.IgnoreLease:
-		return api.Op{}, etcdUnsupported("put with ignore_lease")
+		return fsm.Op{}, errEtcdEmptyKey
+	case r.IgnoreValue && len(r.Value) != 0:
+		return fsm.Op{}, errEtcdValueProvided
+	case r.IgnoreLease && r.Lease != 0:
+		return fsm.Op{}, errEtcdLeaseProvided
 	}
-	value := r.Value
-	if value == nil {
-		value = []byte{}
+	op, err := e.s.lim.op(api.Op{Type: api.OpPut, Key: string(r.Key), Value: r.Value, Lease: r.Lease})
+	if err != nil {
+		return fsm.Op{}, err
 	}
-	return api.Op{Type: api.OpPut, Key: string(r.Key), Value: value, Lease: r.Lease}, nil
+	op.IgnoreValue, op.IgnoreLease = r.IgnoreValue, r.IgnoreLease
+	return op, nil
 }
 
-// applyEtcdTxn validates a transaction with the KV API's rules and applies it.
-func (e *EtcdServer) applyEtcdTxn(ctx context.Context, req api.TxnRequest) (*fsm.Result, error) {
-	txn, err := e.s.lim.txn(req)
-	if err != nil {
+// applyEtcdTxn refuses what etcd refuses before proposing (the duplicate-key check of
+// etcd's checkIntervals) and applies the transaction (applyTxn: rights, reserved
+// prefixes).
+func (e *EtcdServer) applyEtcdTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
+	if err := fsm.CheckDuplicateKeysEtcd(txn); err != nil {
 		return nil, err
 	}
 	return e.s.applyTxn(ctx, txn)
 }
 
-// deleteOps translates a delete: one op, or, for a ranged delete that wants the
-// previous keys, a get of the range then its delete in the same transaction (so the
-// keys read are exactly the keys deleted).
-func (e *EtcdServer) deleteOps(r *pb.DeleteRangeRequest) ([]api.Op, error) {
+// deleteOp translates a delete, validated as a get of its range (rangeOp); prev_kv
+// asks the state machine for the deleted keys (fsm.Op.PrevKV).
+func (e *EtcdServer) deleteOp(r *pb.DeleteRangeRequest) (fsm.Op, error) {
 	op, err := e.rangeOp(r.Key, r.RangeEnd)
 	if err != nil {
-		return nil, err
+		return fsm.Op{}, err
 	}
-	if op.End == nil {
-		return []api.Op{{Type: api.OpDelete, Key: string(r.Key)}}, nil
+	del := fsm.Op{Type: fsm.OpDelete, Key: op.Key, PrevKV: r.PrevKv}
+	if op.End != nil {
+		del.Type, del.End = fsm.OpDeleteRange, op.End
 	}
-	del := api.Op{Type: api.OpDeleteRange, Key: string(op.Key), End: string(op.End)}
-	if !r.PrevKv {
-		return []api.Op{del}, nil
-	}
-	return []api.Op{{Type: api.OpGet, Key: string(op.Key), End: string(op.End)}, del}, nil
+	return del, nil
 }
 
-// deleteResponse reads a delete's answer from the responses of its ops.
-func (e *EtcdServer) deleteResponse(r *pb.DeleteRangeRequest, resps []fsm.OpResponse) (*pb.DeleteRangeResponse, error) {
-	last := resps[len(resps)-1]
-	resp := &pb.DeleteRangeResponse{Deleted: last.Deleted}
-	if !r.PrevKv {
-		return resp, nil
-	}
-	if len(resps) == 1 {
-		if last.PrevKV != nil {
-			resp.PrevKvs = []*mvccpb.KeyValue{etcdKeyValue(*last.PrevKV, false)}
-		}
-		return resp, nil
-	}
-	if resps[0].More {
-		return nil, fmt.Errorf("%w: the range held more than %d keys: they are deleted, but their previous "+
-			"values cannot all be returned", ErrTooLarge, e.s.lim.maxListLimit)
-	}
-	for _, kv := range resps[0].KVs {
-		resp.PrevKvs = append(resp.PrevKvs, etcdKeyValue(kv, false))
-	}
-	return resp, nil
-}
-
-// DeleteRange serves KV.DeleteRange as a transaction.
+// DeleteRange serves KV.DeleteRange as a one-op transaction.
 func (k etcdKV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	ops, err := k.e.deleteOps(r)
+	op, err := k.e.deleteOp(r)
 	if err != nil {
 		return nil, err
 	}
-	res, err := k.e.applyEtcdTxn(ctx, api.TxnRequest{Success: ops})
+	res, err := k.e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := k.e.deleteResponse(r, res.Responses)
-	if err != nil {
-		return nil, err
+	if len(res.Responses) != 1 {
+		return nil, fmt.Errorf("delete: %d responses", len(res.Responses))
 	}
+	resp := deleteResponse(r, res.Responses[0])
 	resp.Header = k.e.header(res.Revision)
 	return resp, nil
 }

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -65,5 +66,44 @@ func TestShapeRangeAsEtcd(t *testing.T) {
 	}
 	if kvs[0].Key[0] != 'a' {
 		t.Fatal("shapeRange reordered its input (shared with other readers)")
+	}
+}
+
+// The etcd door validates the ops and compares of nested transactions with the KV
+// API's rules at every depth (limits.op, limits.compare), and bounds the nesting
+// (kills: nested requests translated without validation; no depth bound).
+func TestEtcdTxnValidatesNested(t *testing.T) {
+	e := &EtcdServer{s: &Server{lim: limits{maxKeyBytes: 8, maxValueBytes: 8, maxListLimit: 10}}}
+	nest := func(op *pb.RequestOp) *pb.TxnRequest {
+		inner := &pb.TxnRequest{Failure: []*pb.RequestOp{op}}
+		return &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}}}
+	}
+	put := func(k, v string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}}
+	}
+	txn, err := e.etcdTxn(nest(put("k", "v")), 1)
+	if err != nil || txn.Success[0].Type != fsm.OpTxn || string(txn.Success[0].Txn.Failure[0].Key) != "k" {
+		t.Fatalf("a valid nested put: %+v, %v", txn, err)
+	}
+	for name, c := range map[string]struct {
+		req  *pb.TxnRequest
+		want error
+	}{
+		"long key":   {nest(put("123456789", "v")), ErrInvalidKey},
+		"not UTF-8":  {nest(put("\xff", "v")), ErrInvalidKey},
+		"long value": {nest(put("k", "123456789")), ErrTooLarge},
+		"compare": {nest(&pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Compare: []*pb.Compare{{Key: []byte("123456789"), Target: pb.Compare_LEASE}}}}}), ErrInvalidKey},
+	} {
+		if _, err := e.etcdTxn(c.req, 1); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", name, err, c.want)
+		}
+	}
+	deep := &pb.TxnRequest{}
+	for range fsm.MaxTxnDepth {
+		deep = &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: deep}}}}
+	}
+	if _, err := e.etcdTxn(deep, 1); !errors.Is(err, fsm.ErrTooManyOps) {
+		t.Fatalf("transactions nested %d deep: %v, want ErrTooManyOps", fsm.MaxTxnDepth+1, err)
 	}
 }

@@ -6,53 +6,115 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// etcdTxnOp is where one etcd request op landed in the translated transaction: its
-// ops are branch[first : first+n].
-type etcdTxnOp struct {
-	req      *pb.RequestOp
-	first, n int
-}
-
-// Txn serves KV.Txn as one KV API transaction. Nested transactions and LEASE or
-// ranged compares are refused until the state machine serves them.
+// Txn serves KV.Txn as one state machine transaction, nested transactions included
+// (fsm.OpTxn).
 func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	e := k.e
-	var req api.TxnRequest
-	for i, c := range r.Compare {
-		ac, err := etcdCompare(c)
-		if err != nil {
-			return nil, fmt.Errorf("compare[%d]: %w", i, err)
-		}
-		req.Compare = append(req.Compare, ac)
-	}
-	var plans [2][]etcdTxnOp
-	var err error
-	if req.Success, plans[0], err = e.txnOps(r.Success, "success"); err != nil {
-		return nil, err
-	}
-	if req.Failure, plans[1], err = e.txnOps(r.Failure, "failure"); err != nil {
-		return nil, err
-	}
-	res, err := e.applyEtcdTxn(ctx, req)
+	txn, err := e.etcdTxn(r, 1)
 	if err != nil {
 		return nil, err
 	}
-	plan := plans[0]
-	if !res.Succeeded {
-		plan = plans[1]
+	res, err := e.applyEtcdTxn(ctx, txn)
+	if err != nil {
+		return nil, err
 	}
-	resp := &pb.TxnResponse{Header: e.header(res.Revision), Succeeded: res.Succeeded}
-	for _, p := range plan {
-		op, err := e.txnResponse(p, res.Responses[p.first:p.first+p.n])
-		if errors.Is(err, errRangeCut) {
-			return nil, fmt.Errorf("%w: the transaction is applied (revision %d), but a range of its answer %v (at most %d keys)",
-				ErrTooLarge, res.Revision, err, e.s.lim.maxListLimit)
+	resp, err := e.txnAnswer(r, res.Succeeded, res.Responses)
+	if errors.Is(err, errRangeCut) {
+		return nil, fmt.Errorf("%w: the transaction is applied (revision %d), but a range of its answer %v (at most %d keys)",
+			ErrTooLarge, res.Revision, err, e.s.lim.maxListLimit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp.Header = e.header(res.Revision)
+	return resp, nil
+}
+
+// etcdTxn translates a transaction at nesting depth (the outer one is 1), validating
+// every compare and op at every depth with the KV API's rules (limits.compare,
+// limits.op). The state machine checks the shared op budget of nested transactions.
+func (e *EtcdServer) etcdTxn(r *pb.TxnRequest, depth int) (*fsm.Txn, error) {
+	if depth > fsm.MaxTxnDepth {
+		return nil, fmt.Errorf("%w: transactions nested more than %d deep", fsm.ErrTooManyOps, fsm.MaxTxnDepth)
+	}
+	for _, n := range []int{len(r.Compare), len(r.Success), len(r.Failure)} {
+		if n > fsm.MaxTxnOps {
+			return nil, fmt.Errorf("%w: %d entries in a list, more than the maximum %d", fsm.ErrTooManyOps, n, fsm.MaxTxnOps)
 		}
+	}
+	txn := &fsm.Txn{}
+	for i, c := range r.Compare {
+		fc, err := e.etcdCompare(c)
+		if err != nil {
+			return nil, fmt.Errorf("compare[%d]: %w", i, err)
+		}
+		txn.Compares = append(txn.Compares, fc)
+	}
+	var err error
+	if txn.Success, err = e.txnOps(r.Success, "success", depth); err != nil {
+		return nil, err
+	}
+	if txn.Failure, err = e.txnOps(r.Failure, "failure", depth); err != nil {
+		return nil, err
+	}
+	return txn, nil
+}
+
+// txnOps translates one branch.
+func (e *EtcdServer) txnOps(reqs []*pb.RequestOp, branch string, depth int) ([]fsm.Op, error) {
+	ops := make([]fsm.Op, 0, len(reqs))
+	for i, r := range reqs {
+		op, err := e.txnOp(r, depth)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", branch, i, err)
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// txnOp translates one request op.
+func (e *EtcdServer) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
+	switch x := r.Request.(type) {
+	case *pb.RequestOp_RequestRange:
+		rr := x.RequestRange
+		if rr.Revision != 0 {
+			return fsm.Op{}, etcdUnsupported("a range at a revision inside a transaction")
+		}
+		return e.rangeOp(rr.Key, rr.RangeEnd)
+	case *pb.RequestOp_RequestPut:
+		return e.putOp(x.RequestPut)
+	case *pb.RequestOp_RequestDeleteRange:
+		return e.deleteOp(x.RequestDeleteRange)
+	case *pb.RequestOp_RequestTxn:
+		txn, err := e.etcdTxn(x.RequestTxn, depth+1)
+		if err != nil {
+			return fsm.Op{}, err
+		}
+		return fsm.Op{Type: fsm.OpTxn, Txn: txn}, nil
+	}
+	return fsm.Op{}, fmt.Errorf("%w: empty request op", ErrInvalidParam)
+}
+
+// txnAnswer answers a transaction (nested or not) from the responses of the branch
+// that ran: one response per request op.
+func (e *EtcdServer) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse) (*pb.TxnResponse, error) {
+	reqs := r.Success
+	if !succeeded {
+		reqs = r.Failure
+	}
+	if len(resps) != len(reqs) {
+		return nil, fmt.Errorf("txn: %d responses for %d request ops", len(resps), len(reqs))
+	}
+	resp := &pb.TxnResponse{Succeeded: succeeded, Responses: make([]*pb.ResponseOp, 0, len(reqs))}
+	for i, req := range reqs {
+		op, err := e.txnResponse(req, resps[i])
 		if err != nil {
 			return nil, err
 		}
@@ -61,68 +123,52 @@ func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	return resp, nil
 }
 
-// txnOps translates one branch.
-func (e *EtcdServer) txnOps(reqs []*pb.RequestOp, branch string) ([]api.Op, []etcdTxnOp, error) {
-	var ops []api.Op
-	var plan []etcdTxnOp
-	for i, r := range reqs {
-		more, err := e.txnOp(r)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s[%d]: %w", branch, i, err)
-		}
-		plan = append(plan, etcdTxnOp{req: r, first: len(ops), n: len(more)})
-		ops = append(ops, more...)
-	}
-	return ops, plan, nil
-}
-
-// txnOp translates one request op into the ops that serve it.
-func (e *EtcdServer) txnOp(r *pb.RequestOp) ([]api.Op, error) {
-	switch x := r.Request.(type) {
+// txnResponse answers one request op from its op's response.
+func (e *EtcdServer) txnResponse(req *pb.RequestOp, r fsm.OpResponse) (*pb.ResponseOp, error) {
+	switch x := req.Request.(type) {
 	case *pb.RequestOp_RequestRange:
-		rr := x.RequestRange
-		if rr.Revision != 0 {
-			return nil, etcdUnsupported("a range at a revision inside a transaction")
-		}
-		op, err := e.rangeOp(rr.Key, rr.RangeEnd)
-		if err != nil {
-			return nil, err
-		}
-		return []api.Op{{Type: api.OpGet, Key: string(op.Key), End: string(op.End)}}, nil
-	case *pb.RequestOp_RequestPut:
-		op, err := e.putOp(x.RequestPut)
-		return []api.Op{op}, err
-	case *pb.RequestOp_RequestDeleteRange:
-		return e.deleteOps(x.RequestDeleteRange)
-	case *pb.RequestOp_RequestTxn:
-		return nil, etcdUnsupported("nested transactions")
-	}
-	return nil, fmt.Errorf("%w: empty request op", ErrInvalidParam)
-}
-
-// txnResponse answers one request op from the responses of its ops.
-func (e *EtcdServer) txnResponse(p etcdTxnOp, resps []fsm.OpResponse) (*pb.ResponseOp, error) {
-	switch x := p.req.Request.(type) {
-	case *pb.RequestOp_RequestRange:
-		rr, err := e.shapeRange(x.RequestRange, resps[0].KVs, resps[0].More)
+		rr, err := e.shapeRange(x.RequestRange, r.KVs, r.More)
 		if err != nil {
 			return nil, err
 		}
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}, nil
 	case *pb.RequestOp_RequestPut:
-		pr := &pb.PutResponse{}
-		if x.RequestPut.PrevKv && resps[0].PrevKV != nil {
-			pr.PrevKv = etcdKeyValue(*resps[0].PrevKV, false)
-		}
-		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}, nil
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: putResponse(x.RequestPut, r)}}, nil
 	case *pb.RequestOp_RequestDeleteRange:
-		dr, err := e.deleteResponse(x.RequestDeleteRange, resps)
+		dr := deleteResponse(x.RequestDeleteRange, r)
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}, nil
+	case *pb.RequestOp_RequestTxn:
+		if r.Txn == nil {
+			return nil, errors.New("txn: a nested transaction without its result")
+		}
+		tr, err := e.txnAnswer(x.RequestTxn, r.Txn.Succeeded, r.Txn.Responses)
 		if err != nil {
 			return nil, err
 		}
-		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}, nil
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}, nil
 	}
-	return nil, fmt.Errorf("txn: unexpected request op %T", p.req.Request)
+	return nil, fmt.Errorf("txn: unexpected request op %T", req.Request)
+}
+
+// putResponse answers a put: its previous key if asked and there was one.
+func putResponse(r *pb.PutRequest, resp fsm.OpResponse) *pb.PutResponse {
+	pr := &pb.PutResponse{}
+	if r.PrevKv && resp.PrevKV != nil {
+		pr.PrevKv = etcdKeyValue(*resp.PrevKV, false)
+	}
+	return pr
+}
+
+// deleteResponse answers a delete: the count, and the previous keys if asked.
+func deleteResponse(r *pb.DeleteRangeRequest, resp fsm.OpResponse) *pb.DeleteRangeResponse {
+	dr := &pb.DeleteRangeResponse{Deleted: resp.Deleted}
+	if r.PrevKv {
+		dr.PrevKvs = make([]*mvccpb.KeyValue, 0, len(resp.PrevKVs))
+		for _, kv := range resp.PrevKVs {
+			dr.PrevKvs = append(dr.PrevKvs, etcdKeyValue(kv, false))
+		}
+	}
+	return dr
 }
 
 var (
@@ -130,29 +176,29 @@ var (
 		pb.Compare_EQUAL: api.ResultEqual, pb.Compare_NOT_EQUAL: api.ResultNotEqual,
 		pb.Compare_LESS: api.ResultLess, pb.Compare_GREATER: api.ResultGreater,
 	}
+	// etcdCompareTargets: a LEASE compare is validated as an integer compare (the KV
+	// API has no lease target), then compares the lease (fsm.TargetLease).
 	etcdCompareTargets = map[pb.Compare_CompareTarget]string{
 		pb.Compare_VERSION: api.TargetVersion, pb.Compare_CREATE: api.TargetCreateRevision,
 		pb.Compare_MOD: api.TargetModRevision, pb.Compare_VALUE: api.TargetValue,
+		pb.Compare_LEASE: api.TargetVersion,
 	}
 )
 
-// etcdCompare translates one guard; limits.compare validates it with the rest.
-func etcdCompare(c *pb.Compare) (api.Compare, error) {
-	switch {
-	case len(c.Key) == 0:
-		return api.Compare{}, errEtcdEmptyKey
-	case len(c.RangeEnd) > 0:
-		return api.Compare{}, etcdUnsupported("compares over a key range (range_end)")
-	case c.Target == pb.Compare_LEASE:
-		return api.Compare{}, etcdUnsupported("LEASE compares")
+// etcdCompare translates one guard, validated by limits.compare. range_end compares
+// every key of the range (fsm.Compare.End): "\x00" every key from key on, an end at
+// or before key an empty range, as in etcd.
+func (e *EtcdServer) etcdCompare(c *pb.Compare) (fsm.Compare, error) {
+	if len(c.Key) == 0 {
+		return fsm.Compare{}, errEtcdEmptyKey
 	}
 	target, ok := etcdCompareTargets[c.Target]
 	if !ok {
-		return api.Compare{}, fmt.Errorf("%w: unknown compare target %v", ErrInvalidParam, c.Target)
+		return fsm.Compare{}, fmt.Errorf("%w: unknown compare target %v", ErrInvalidParam, c.Target)
 	}
 	result, ok := etcdCompareResults[c.Result]
 	if !ok {
-		return api.Compare{}, fmt.Errorf("%w: unknown compare result %v", ErrInvalidParam, c.Result)
+		return fsm.Compare{}, fmt.Errorf("%w: unknown compare result %v", ErrInvalidParam, c.Result)
 	}
 	ac := api.Compare{Key: string(c.Key), Target: target, Result: result}
 	switch c.Target {
@@ -162,11 +208,32 @@ func etcdCompare(c *pb.Compare) (api.Compare, error) {
 		ac.Int = c.GetCreateRevision()
 	case pb.Compare_MOD:
 		ac.Int = c.GetModRevision()
+	case pb.Compare_LEASE:
+		ac.Int = c.GetLease()
 	case pb.Compare_VALUE:
 		ac.Value = c.GetValue()
 		if ac.Value == nil {
 			ac.Value = []byte{}
 		}
 	}
-	return ac, nil
+	fc, err := e.s.lim.compare(ac)
+	if err != nil {
+		return fsm.Compare{}, err
+	}
+	if c.Target == pb.Compare_LEASE {
+		fc.Target = fsm.TargetLease
+	}
+	switch {
+	case len(c.RangeEnd) > e.s.lim.maxKeyBytes:
+		return fsm.Compare{}, fmt.Errorf("%w: range_end longer than %d bytes", ErrInvalidKey, e.s.lim.maxKeyBytes)
+	case string(c.RangeEnd) == "\x00":
+		fc.End = []byte(etcdKeyspaceEnd)
+	case len(c.RangeEnd) > 0:
+		fc.End = c.RangeEnd
+	}
+	if fc.End != nil && e.s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: fc.Key, End: fc.End}) != nil {
+		// keys this door hides would take part in the compare
+		return fsm.Compare{}, fmt.Errorf("%w: a compare over a range overlapping keys keel reserves", ErrReservedPrefix)
+	}
+	return fc, nil
 }

@@ -16,10 +16,19 @@ import (
 // storage-version filter and the per-version object counts). A put or delete of such
 // a key, and a delete of any range that overlaps such a prefix (deleting everything
 // under "/registry/" included), is ErrReservedPrefix, whichever branch of the
-// transaction holds it. Reads stay allowed.
+// transaction holds it, nested transactions (OpTxn) included. Reads stay allowed.
 func (s *Server) checkReservedWrites(txn *fsm.Txn) error {
+	if txn == nil {
+		return nil
+	}
 	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
 		for _, op := range ops {
+			if op.Type == fsm.OpTxn {
+				if err := s.checkReservedWrites(op.Txn); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := s.checkReservedOp(op); err != nil {
 				return err
 			}

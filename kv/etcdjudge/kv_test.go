@@ -8,8 +8,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A fresh store answers a revision above 0: kube-apiserver refuses a current
@@ -133,21 +131,13 @@ func TestTxn(t *testing.T) {
 	if err != nil || failed.Succeeded || string(failed.Responses[0].GetResponseRange().Kvs[0].Value) != "b" {
 		t.Fatalf("failing txn = %v, %v", failed, err)
 	}
-	nested := clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpPut("/txn/n", "x")}, nil)
-	if _, err := c.Txn(ctx).Then(nested).Commit(); status.Code(err) != codes.InvalidArgument ||
-		!strings.Contains(err.Error(), "nested") {
-		t.Fatalf("nested txn: %v, want InvalidArgument naming nested transactions", err)
-	}
-	if _, err := c.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue("/txn/k"), "=", 0)).Commit(); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("lease compare: %v, want InvalidArgument", err)
-	}
 	if _, err := c.Txn(ctx).Then(clientv3.OpPut("/txn/d", "1"), clientv3.OpPut("/txn/d", "2")).Commit(); !errors.Is(err, rpctypes.ErrDuplicateKey) {
 		t.Fatalf("duplicate key: %v, want %v", err, rpctypes.ErrDuplicateKey)
 	}
 }
 
-// A ranged delete with prev_kv takes two operations of keel's transaction (a get
-// and the delete): the answers of the ops after it still line up.
+// A ranged delete with prev_kv is one op of keel's transaction (fsm.Op.PrevKV): the
+// answers of the ops after it line up.
 func TestTxnDeletePrefixPrevKVThenOps(t *testing.T) {
 	c, ctx := newClient(t), testCtx(t)
 	for _, k := range []string{"/txnd/a", "/txnd/b"} {
