@@ -186,16 +186,25 @@ func (k etcdKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 	if err != nil {
 		return nil, err
 	}
-	res, err := k.e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
+	or, rev, err := k.e.applyOne(ctx, op)
 	if err != nil {
 		return nil, err
 	}
-	if len(res.Responses) != 1 {
-		return nil, fmt.Errorf("put: %d responses", len(res.Responses))
-	}
-	resp := putResponse(r, res.Responses[0])
-	resp.Header = k.e.header(res.Revision)
+	resp := putResponse(r, or)
+	resp.Header = k.e.header(rev)
 	return resp, nil
+}
+
+// applyOne applies op as a one-op transaction and returns its response and revision.
+func (e *EtcdServer) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, int64, error) {
+	res, err := e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
+	if err != nil {
+		return fsm.OpResponse{}, 0, err
+	}
+	if len(res.Responses) != 1 {
+		return fsm.OpResponse{}, 0, fmt.Errorf("one-op transaction: %d responses", len(res.Responses))
+	}
+	return res.Responses[0], res.Revision, nil
 }
 
 // putOp translates a put, validated by limits.op. ignore_value and ignore_lease keep
@@ -247,15 +256,12 @@ func (k etcdKV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	res, err := k.e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
+	or, rev, err := k.e.applyOne(ctx, op)
 	if err != nil {
 		return nil, err
 	}
-	if len(res.Responses) != 1 {
-		return nil, fmt.Errorf("delete: %d responses", len(res.Responses))
-	}
-	resp := deleteResponse(r, res.Responses[0])
-	resp.Header = k.e.header(res.Revision)
+	resp := deleteResponse(r, or)
+	resp.Header = k.e.header(rev)
 	return resp, nil
 }
 
