@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
@@ -50,19 +52,33 @@ func serveReal(t *testing.T, opts ...func(*Config)) (*Server, string) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := NewServer(cfg, kvtest.New(), nil)
+	return serveOn(t, cfg, kvtest.New())
+}
+
+// serveOn runs a server with cfg over store through Server.Serve on a free loopback
+// port (the path the agent takes, listener wrappers included), shut down at the end of
+// the test, and returns it and its address.
+func serveOn(t *testing.T, cfg Config, store Store) (*Server, string) {
+	t.Helper()
+	srv, err := NewServer(cfg, store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.TCP("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
+		<-done
 	})
 	return srv, ln.Addr().String()
 }

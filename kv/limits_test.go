@@ -3,7 +3,6 @@ package kv
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -13,40 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
 // serveTCP runs a server with cfg through Server.Serve on a loopback port (the path
 // the agent takes, listener wrapper included) and returns its address.
 func serveTCP(t *testing.T, opts ...func(*Config)) string {
 	t.Helper()
-	cfg := DefaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	srv, err := NewServer(cfg, kvtest.New(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := freeport.TCP("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	})
-	return ln.Addr().String()
+	_, addr := serveReal(t, opts...)
+	return addr
 }
 
 // TestOversizedBodyWithoutExpectIs413: a client that sends its whole body without

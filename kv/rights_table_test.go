@@ -6,14 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
@@ -146,27 +143,8 @@ var rightsPolicies = map[rightNeeded]api.ACLPolicy{
 func newRightsFixture(t *testing.T) *rightsFixture {
 	t.Helper()
 	st := kvtest.NewLeading()
-	srv, err := NewServer(DefaultConfig(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := freeport.TCP("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	})
-	f := &rightsFixture{srv: srv, store: st, addr: ln.Addr().String(), lacking: map[rightNeeded]string{}}
+	srv, addr := serveOn(t, DefaultConfig(), st)
+	f := &rightsFixture{srv: srv, store: st, addr: addr, lacking: map[rightNeeded]string{}}
 	var boot api.ACLToken
 	f.mustHTTP(t, "", http.MethodPost, api.PathACLBootstrap, "", &boot)
 	f.mgmt = boot.SecretID

@@ -2,7 +2,6 @@ package kv
 
 import (
 	"bufio"
-	"context"
 	"net"
 	"net/http"
 	"testing"
@@ -60,21 +59,9 @@ func TestConnLimitPerClient(t *testing.T) {
 func TestInFlightLimitPerClient(t *testing.T) {
 	ts := newTestServer(t)
 	ts.put("k", "v")
-	srv, err := NewServer(func() Config {
-		c := DefaultConfig()
-		c.MaxInFlight, c.MaxInFlightPerClient = 3, 2
-		return c
-	}(), ts.store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	addr := ln.Addr().String()
+	cfg := DefaultConfig()
+	cfg.MaxInFlight, cfg.MaxInFlightPerClient = 3, 2
+	_, addr := serveOn(t, cfg, ts.store)
 	get := func(c net.Conn) { c.Write([]byte("GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n\r\n")) }
 	release := ts.store.HoldLinearizable()
 	released := false
