@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/internal/agent"
-	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv"
 )
 
@@ -21,23 +18,7 @@ import (
 // cluster is bootstrapped (so no secret is lost). Kills: the file created with the
 // umask's mode (0644), or after the token is minted.
 func TestACLBootstrapSecretFile(t *testing.T) {
-	cfg := agent.DefaultConfig()
-	cfg.DataDir = filepath.Join(t.TempDir(), "n1")
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.Raft.BindAddr = freeport.AddrTCPUDP()
-	cfg.Raft.Bootstrap = true
-	cfg.KV.ACLDefault = kv.ACLDeny
-	a, err := agent.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.Close(ctx)
-	})
-	addr := a.HTTPAddr()
-	t.Setenv("KEEL_TOKEN", "")
+	addr := startCLINode(t, kv.ACLDeny)
 	dir := t.TempDir()
 	// The agent made the whole process's umask 077; a CLI process runs with the
 	// operator's, typically 022, under which only an explicit 0600 keeps the file private.
@@ -55,6 +36,7 @@ func TestACLBootstrapSecretFile(t *testing.T) {
 
 	path := filepath.Join(dir, "root.token")
 	var out string
+	var err error
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if out, err = runCLI(t, "acl", "bootstrap", "-addr", addr, "-secret-file", path); err == nil || time.Now().After(deadline) {
 			break

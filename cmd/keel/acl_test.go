@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/internal/agent"
-	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/client"
 )
@@ -31,23 +28,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 // deny: bootstrap prints the secret alone on the last line, once; the token works from
 // KEEL_TOKEN and -token; a policy and a token made with the CLI grant what they say.
 func TestACLCommands(t *testing.T) {
-	cfg := agent.DefaultConfig()
-	cfg.DataDir = filepath.Join(t.TempDir(), "n1")
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.Raft.BindAddr = freeport.AddrTCPUDP()
-	cfg.Raft.Bootstrap = true
-	cfg.KV.ACLDefault = kv.ACLDeny
-	a, err := agent.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.Close(ctx)
-	})
-	addr := a.HTTPAddr()
-	t.Setenv("KEEL_TOKEN", "")
+	addr := startCLINode(t, kv.ACLDeny)
 
 	if _, err := runCLI(t, "put", "-addr", addr, "app/x", "1"); !client.IsUnauthorized(err) {
 		t.Fatalf("put before bootstrap = %v, want 401", err)
