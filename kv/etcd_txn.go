@@ -43,10 +43,8 @@ func (e *EtcdServer) etcdTxn(r *pb.TxnRequest, depth int) (*fsm.Txn, error) {
 	if depth > fsm.MaxTxnDepth {
 		return nil, fmt.Errorf("%w: transactions nested more than %d deep", fsm.ErrTooManyOps, fsm.MaxTxnDepth)
 	}
-	for _, n := range []int{len(r.Compare), len(r.Success), len(r.Failure)} {
-		if n > fsm.MaxTxnOps {
-			return nil, fmt.Errorf("%w: %d entries in a list, more than the maximum %d", fsm.ErrTooManyOps, n, fsm.MaxTxnOps)
-		}
+	if name, n := overlongTxnList(len(r.Compare), len(r.Success), len(r.Failure)); name != "" {
+		return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d", fsm.ErrTooManyOps, n, name, fsm.MaxTxnOps)
 	}
 	txn := &fsm.Txn{}
 	for i, c := range r.Compare {

@@ -47,14 +47,9 @@ func decodeTxn(body []byte, lim limits) (*fsm.Txn, error) {
 // everything the state machine would reject, and the API limits, so a bad transaction
 // fails here with a precise message before anything is proposed.
 func (l limits) txn(req api.TxnRequest) (*fsm.Txn, error) {
-	for _, list := range []struct {
-		name string
-		n    int
-	}{{"compare", len(req.Compare)}, {"success", len(req.Success)}, {"failure", len(req.Failure)}} {
-		if list.n > fsm.MaxTxnOps {
-			return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d: %w",
-				ErrInvalidBody, list.n, list.name, fsm.MaxTxnOps, fsm.ErrTooManyOps)
-		}
+	if name, n := overlongTxnList(len(req.Compare), len(req.Success), len(req.Failure)); name != "" {
+		return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d: %w",
+			ErrInvalidBody, n, name, fsm.MaxTxnOps, fsm.ErrTooManyOps)
 	}
 	txn := &fsm.Txn{}
 	for i, c := range req.Compare {
@@ -72,6 +67,21 @@ func (l limits) txn(req api.TxnRequest) (*fsm.Txn, error) {
 		return nil, err
 	}
 	return txn, nil
+}
+
+// overlongTxnList names the first of a transaction's lists (compare, success,
+// failure) holding more than fsm.MaxTxnOps entries, and its length; "" when none does.
+// Every door asks it before translating a transaction.
+func overlongTxnList(compares, success, failure int) (string, int) {
+	for _, list := range []struct {
+		name string
+		n    int
+	}{{"compare", compares}, {"success", success}, {"failure", failure}} {
+		if list.n > fsm.MaxTxnOps {
+			return list.name, list.n
+		}
+	}
+	return "", 0
 }
 
 var (
