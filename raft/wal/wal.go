@@ -394,24 +394,8 @@ func (s *Store) storeLocked(logs []*hraft.Log) error {
 		offsets[i] = tail.size + int64(len(s.buf))
 		s.buf = appendRecord(s.buf, l, i == len(logs)-1)
 	}
-	if _, err := tail.f.WriteAt(s.buf, tail.size); err != nil {
-		err = fmt.Errorf("wal: append to %s: %w", tail.path, err)
-		// Part of the batch may be in the file (and in the page cache, which a restart
-		// reads back). The caller is told "not stored" only once that is certain.
-		if cerr := s.cutTo(tail); cerr != nil {
-			return s.fail(fmt.Errorf("%w; cutting what it left failed too, so it may come back: %w", err, cerr))
-		}
+	if err := s.writeDurably(tail); err != nil {
 		return err
-	}
-	if err := tail.f.Sync(); err != nil {
-		err = fmt.Errorf("wal: sync %s: %w", tail.path, err)
-		// fsyncgate: the batch may still sit in the page cache, where a restart without
-		// a power loss would read it back as good. Cut it before failing; whether the
-		// cut itself is durable is unknown, which is why the store fails.
-		if cerr := s.cutTo(tail); cerr != nil {
-			err = fmt.Errorf("%w (cutting the unsynced batch failed too: %v)", err, cerr)
-		}
-		return s.fail(err)
 	}
 	s.mu.Lock()
 	tail.offsets = append(tail.offsets, offsets...)
@@ -423,6 +407,30 @@ func (s *Store) storeLocked(logs []*hraft.Log) error {
 	s.mu.Unlock()
 	if cap(s.buf) > 4<<20 {
 		s.buf = nil // do not pin a huge batch's buffer
+	}
+	return nil
+}
+
+// writeDurably writes s.buf at the end of tail and fdatasyncs it. On failure nothing of
+// the batch stays behind: a failed write is cut back before the plain error is
+// returned (the caller is told "not stored" only once that is certain), and a failed
+// fdatasync cuts the batch from the page cache — where a restart without a power loss
+// would read it back as good ("fsyncgate") — before the store fails; whether that cut
+// is durable is unknown, which is why it fails. Called with writeMu held.
+func (s *Store) writeDurably(tail *segment) error {
+	if _, err := tail.f.WriteAt(s.buf, tail.size); err != nil {
+		err = fmt.Errorf("wal: append to %s: %w", tail.path, err)
+		if cerr := s.cutTo(tail); cerr != nil {
+			return s.fail(fmt.Errorf("%w; cutting what it left failed too, so it may come back: %w", err, cerr))
+		}
+		return err
+	}
+	if err := tail.f.Sync(); err != nil {
+		err = fmt.Errorf("wal: sync %s: %w", tail.path, err)
+		if cerr := s.cutTo(tail); cerr != nil {
+			err = fmt.Errorf("%w (cutting the unsynced batch failed too: %v)", err, cerr)
+		}
+		return s.fail(err)
 	}
 	return nil
 }
