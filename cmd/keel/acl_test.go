@@ -34,6 +34,7 @@ func TestACLCommands(t *testing.T) {
 		t.Fatalf("put before bootstrap = %v, want 401", err)
 	}
 	var out string
+	var err error
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if out, err = runCLI(t, "acl", "bootstrap", "-addr", addr); err == nil || time.Now().After(deadline) {
 			break
