@@ -20,7 +20,12 @@ import (
 
 func newSnapshotCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "Save the cluster's state to a file, or restore it from one"}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotRestoreCmd())
+	return cmd
+}
+
+func newSnapshotSaveCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "save FILE",
 		Short: "Write a snapshot reflecting every acknowledged write to FILE",
 		Args:  cobra.ExactArgs(1),
@@ -56,7 +61,10 @@ func newSnapshotCmd() *cobra.Command {
 				return nil
 			})
 		},
-	})
+	}
+}
+
+func newSnapshotRestoreCmd() *cobra.Command {
 	var forceForeign, yes bool
 	restore := &cobra.Command{
 		Use:   "restore FILE",
@@ -104,8 +112,7 @@ is required.`,
 	}
 	restore.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask before replacing the cluster's state (required without a terminal)")
 	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a file this cluster cannot authenticate: another cluster's or a pre-MAC one (its data replaces this cluster's; the MAC is not checked)")
-	cmd.AddCommand(restore)
-	return cmd
+	return restore
 }
 
 // errRestoreUnconfirmed refuses a restore nobody confirmed.
