@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/keel-kv/keel/internal/agent"
 	"github.com/keel-kv/keel/internal/tlsutil"
@@ -48,6 +49,27 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 type limitFlags struct {
 	conns, clientConns, inFlight, clientInFlight, streamInFlight, watches, streamWatches, tokenWatches int
 	leases, tokenLeases                                                                                int
+}
+
+// register adds the limit flags to fl, with def's values as their defaults.
+func (l *limitFlags) register(fl *pflag.FlagSet, def kv.Config) {
+	fl.IntVar(&l.conns, "max-conns", def.MaxConns, "client connections (HTTP and stream) open at once; one more is answered 429 and closed")
+	fl.IntVar(&l.clientConns, "max-conns-per-client", def.MaxConnsPerClient, "client connections open at once from one source address (0: only -max-conns); one more is answered 429 and closed")
+	fl.IntVar(&l.inFlight, "max-in-flight", def.MaxInFlight, "requests running at once (HTTP and every stream's); one more is answered 429")
+	fl.IntVar(&l.clientInFlight, "max-in-flight-per-client", def.MaxInFlightPerClient, "requests running at once from one source address (0: only -max-in-flight); one more is answered 429")
+	fl.IntVar(&l.streamInFlight, "max-stream-in-flight", def.MaxStreamInFlight, "requests in flight on one stream connection; beyond it the node stops reading that connection until one finishes")
+	fl.IntVar(&l.watches, "max-watches", def.MaxWatches, "watches the node serves at once; one more is answered 429")
+	fl.IntVar(&l.streamWatches, "max-stream-watches", def.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
+	fl.IntVar(&l.tokenWatches, "max-watches-per-token", def.MaxWatchesPerToken, "watches one ACL token holds on the node at once, over HTTP and streams (0: only -max-watches); one more is answered 429")
+	fl.IntVar(&l.leases, "max-leases", def.MaxLeases, "live leases of the whole cluster (0: no bound); a grant beyond it is answered 429")
+	fl.IntVar(&l.tokenLeases, "max-leases-per-token", def.MaxLeasesPerToken, "live leases one ACL token granted through this node (0: only -max-leases); one more is answered 429")
+}
+
+// apply sets the bounds of c from the flags.
+func (l limitFlags) apply(c *kv.Config) {
+	c.MaxConns, c.MaxConnsPerClient, c.MaxInFlight, c.MaxInFlightPerClient = l.conns, l.clientConns, l.inFlight, l.clientInFlight
+	c.MaxStreamInFlight, c.MaxWatches, c.MaxStreamWatches, c.MaxWatchesPerToken = l.streamInFlight, l.watches, l.streamWatches, l.tokenWatches
+	c.MaxLeases, c.MaxLeasesPerToken = l.leases, l.tokenLeases
 }
 
 type agentFlags struct {
@@ -114,16 +136,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.BoolVar(&f.dev, "dev", false, "dev mode: one bootstrapped node, data in a fresh temp dir unless -data-dir")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
-	fl.IntVar(&f.limits.conns, "max-conns", def.KV.MaxConns, "client connections (HTTP and stream) open at once; one more is answered 429 and closed")
-	fl.IntVar(&f.limits.clientConns, "max-conns-per-client", def.KV.MaxConnsPerClient, "client connections open at once from one source address (0: only -max-conns); one more is answered 429 and closed")
-	fl.IntVar(&f.limits.inFlight, "max-in-flight", def.KV.MaxInFlight, "requests running at once (HTTP and every stream's); one more is answered 429")
-	fl.IntVar(&f.limits.clientInFlight, "max-in-flight-per-client", def.KV.MaxInFlightPerClient, "requests running at once from one source address (0: only -max-in-flight); one more is answered 429")
-	fl.IntVar(&f.limits.streamInFlight, "max-stream-in-flight", def.KV.MaxStreamInFlight, "requests in flight on one stream connection; beyond it the node stops reading that connection until one finishes")
-	fl.IntVar(&f.limits.watches, "max-watches", def.KV.MaxWatches, "watches the node serves at once; one more is answered 429")
-	fl.IntVar(&f.limits.streamWatches, "max-stream-watches", def.KV.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
-	fl.IntVar(&f.limits.tokenWatches, "max-watches-per-token", def.KV.MaxWatchesPerToken, "watches one ACL token holds on the node at once, over HTTP and streams (0: only -max-watches); one more is answered 429")
-	fl.IntVar(&f.limits.leases, "max-leases", def.KV.MaxLeases, "live leases of the whole cluster (0: no bound); a grant beyond it is answered 429")
-	fl.IntVar(&f.limits.tokenLeases, "max-leases-per-token", def.KV.MaxLeasesPerToken, "live leases one ACL token granted through this node (0: only -max-leases); one more is answered 429")
+	f.limits.register(fl, def.KV)
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
 	fl.StringVar(&f.schema, "schema", "", "schema file (YAML) of the typed resources served under /apis; SIGHUP re-reads it (see keel schema apply)")
 	fl.BoolVar(&f.noMigrate, "no-migrate", false, "initial cluster-wide setting: migrations start only when asked (keel migrate start); see keel migrate settings")
@@ -145,81 +158,10 @@ addresses, and one command line serves first start, restart and scale-out:
 
 func runAgent(ctx context.Context, f agentFlags) error {
 	log := hclog.New(&hclog.LoggerOptions{Name: "keel", Level: hclog.LevelFromString(f.logLevel), Output: os.Stderr})
-	cfg := agent.DefaultConfig()
-	cfg.Logger = log
-	cfg.NodeID = f.nodeID
-	cfg.DataDir = f.dataDir
-	cfg.HTTPAddr = f.httpAddr
-	cfg.EtcdAddr = etcdAddr(f, log)
-	cfg.Raft.BindAddr = f.raftAddr
-	cfg.Raft.AdvertiseAddr = f.advertise
-	cfg.Raft.Bootstrap = f.bootstrap || f.dev
-	cfg.Raft.Join = f.join
-	if f.gossipAddr == "" && (f.bootstrapExpect > 0 || len(f.retryJoin) > 0) {
-		f.gossipAddr = membership.DefaultBindAddr
-	}
-	if f.gossipAddr != "" {
-		g, err := gossipConfig(f)
-		if err != nil {
-			return err
-		}
-		cfg.Gossip = g
-		cfg.Raft.Join = nil
-		cfg.BootstrapExpect = f.bootstrapExpect
-	}
-	if err := securityConfig(&cfg, f); err != nil {
+	cfg, tempDir, err := agentConfig(f, log)
+	if err != nil {
 		return err
 	}
-	cfg.KV.MaxValueBytes = f.maxValueBytes
-	cfg.KV.MaxConns, cfg.KV.MaxInFlight, cfg.KV.MaxStreamInFlight = f.limits.conns, f.limits.inFlight, f.limits.streamInFlight
-	cfg.KV.MaxWatches, cfg.KV.MaxStreamWatches = f.limits.watches, f.limits.streamWatches
-	cfg.KV.MaxWatchesPerToken, cfg.KV.MaxConnsPerClient = f.limits.tokenWatches, f.limits.clientConns
-	cfg.KV.MaxInFlightPerClient = f.limits.clientInFlight
-	cfg.KV.MaxLeases, cfg.KV.MaxLeasesPerToken = f.limits.leases, f.limits.tokenLeases
-	switch f.aclDefault {
-	case "":
-		cfg.KV.ACLDefault = kv.ACLDeny
-		if f.dev {
-			cfg.KV.ACLDefault = kv.ACLAllow
-		}
-	case kv.ACLAllow, kv.ACLDeny:
-		cfg.KV.ACLDefault = f.aclDefault
-	default:
-		return fmt.Errorf("-acl-default %q: want allow or deny", f.aclDefault)
-	}
-	if f.maxValueBytes > cfg.KV.MaxTxnBodyBytes { // a transaction can carry one value that large
-		cfg.KV.MaxTxnBodyBytes = min(2*f.maxValueBytes, kv.MaxRequestBytesLimit)
-	}
-	if f.schema != "" {
-		s, err := versions.LoadSchema(f.schema)
-		if err != nil {
-			return err
-		}
-		cfg.Schema, cfg.SchemaFile = s, f.schema
-	}
-	cfg.NoMigrate = f.noMigrate
-	if f.versionGCAfter <= 0 {
-		return fmt.Errorf("-version-gc-after %v: want a duration > 0", f.versionGCAfter)
-	}
-	cfg.Versions.GCAfter = f.versionGCAfter
-	cfg.Raft.LogFaults = f.testLogFaults
-	cfg.Migrate.DryRun, cfg.Migrate.Rate = f.migrateDryRun, f.migrateRate
-	cfg.OTLPEndpoint = f.otlpEndpoint
-	if f.migrateRate == 0 {
-		return errors.New("-migrate-rate 0 would never migrate: use -no-migrate (automatic migrations off)")
-	}
-	tempDir := ""
-	if f.dev && cfg.DataDir == "" {
-		dir, err := os.MkdirTemp("", "keel-dev-")
-		if err != nil {
-			return fmt.Errorf("dev data dir: %w", err)
-		}
-		cfg.DataDir, tempDir = dir, dir
-	}
-	if cfg.DataDir == "" {
-		return fmt.Errorf("agent: -data-dir is required (or use -dev)")
-	}
-
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a, err := agent.Start(ctx, cfg)
@@ -239,25 +181,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		}
 		return a.Reload(ctx)
 	}, log)
-	scheme := "http"
-	if a.TLSEnabled() {
-		scheme = "https"
-	}
-	fmt.Fprintf(os.Stdout, "keel node %s serving %s://%s (raft %s, data dir %s)\n",
-		a.NodeID(), scheme, a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
-	if a.EtcdAddr() != "" {
-		fmt.Fprintf(os.Stdout, "etcd v3 API on %s://%s (etcdctl --endpoints %s)\n", scheme, a.EtcdAddr(), a.EtcdAddr())
-	}
-	if cfg.KV.ACLDefault == kv.ACLDeny {
-		fmt.Fprintf(os.Stdout, "ACL default deny: until `keel acl bootstrap`, this node answers only health, status and bootstrap\n")
-	}
-	if tempDir != "" {
-		fmt.Fprintf(os.Stdout, "the data dir is temporary: removed when the node stops cleanly (Ctrl-C); give -data-dir to keep the data\n")
-	}
-	if f.dev {
-		fmt.Fprintf(os.Stdout, "try: curl -X PUT http://%s/v1/kv/hello -d world && curl http://%s/v1/kv/hello?raw=true\n",
-			a.HTTPAddr(), a.HTTPAddr())
-	}
+	printServing(a, cfg, f.dev, tempDir != "")
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -280,6 +204,111 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		}
 	}
 	return serveErr
+}
+
+// agentConfig turns the flags into the agent's configuration; tempDir is the -dev data
+// dir it created, to be removed after a clean stop ("" when none).
+func agentConfig(f agentFlags, log hclog.Logger) (cfg agent.Config, tempDir string, err error) {
+	cfg = agent.DefaultConfig()
+	cfg.Logger = log
+	cfg.NodeID = f.nodeID
+	cfg.DataDir = f.dataDir
+	cfg.HTTPAddr = f.httpAddr
+	cfg.EtcdAddr = etcdAddr(f, log)
+	cfg.Raft.BindAddr = f.raftAddr
+	cfg.Raft.AdvertiseAddr = f.advertise
+	cfg.Raft.Bootstrap = f.bootstrap || f.dev
+	cfg.Raft.Join = f.join
+	if f.gossipAddr == "" && (f.bootstrapExpect > 0 || len(f.retryJoin) > 0) {
+		f.gossipAddr = membership.DefaultBindAddr
+	}
+	if f.gossipAddr != "" {
+		g, err := gossipConfig(f)
+		if err != nil {
+			return cfg, "", err
+		}
+		cfg.Gossip = g
+		cfg.Raft.Join = nil
+		cfg.BootstrapExpect = f.bootstrapExpect
+	}
+	if err := securityConfig(&cfg, f); err != nil {
+		return cfg, "", err
+	}
+	cfg.KV.MaxValueBytes = f.maxValueBytes
+	f.limits.apply(&cfg.KV)
+	if cfg.KV.ACLDefault, err = aclDefault(f); err != nil {
+		return cfg, "", err
+	}
+	if f.maxValueBytes > cfg.KV.MaxTxnBodyBytes { // a transaction can carry one value that large
+		cfg.KV.MaxTxnBodyBytes = min(2*f.maxValueBytes, kv.MaxRequestBytesLimit)
+	}
+	if f.schema != "" {
+		s, err := versions.LoadSchema(f.schema)
+		if err != nil {
+			return cfg, "", err
+		}
+		cfg.Schema, cfg.SchemaFile = s, f.schema
+	}
+	cfg.NoMigrate = f.noMigrate
+	if f.versionGCAfter <= 0 {
+		return cfg, "", fmt.Errorf("-version-gc-after %v: want a duration > 0", f.versionGCAfter)
+	}
+	cfg.Versions.GCAfter = f.versionGCAfter
+	cfg.Raft.LogFaults = f.testLogFaults
+	cfg.Migrate.DryRun, cfg.Migrate.Rate = f.migrateDryRun, f.migrateRate
+	cfg.OTLPEndpoint = f.otlpEndpoint
+	if f.migrateRate == 0 {
+		return cfg, "", errors.New("-migrate-rate 0 would never migrate: use -no-migrate (automatic migrations off)")
+	}
+	if f.dev && cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "keel-dev-")
+		if err != nil {
+			return cfg, "", fmt.Errorf("dev data dir: %w", err)
+		}
+		cfg.DataDir, tempDir = dir, dir
+	}
+	if cfg.DataDir == "" {
+		return cfg, "", fmt.Errorf("agent: -data-dir is required (or use -dev)")
+	}
+	return cfg, tempDir, nil
+}
+
+// aclDefault is what the cluster answers before ACL bootstrap: -acl-default, else deny
+// (allow with -dev).
+func aclDefault(f agentFlags) (string, error) {
+	switch f.aclDefault {
+	case "":
+		if f.dev {
+			return kv.ACLAllow, nil
+		}
+		return kv.ACLDeny, nil
+	case kv.ACLAllow, kv.ACLDeny:
+		return f.aclDefault, nil
+	}
+	return "", fmt.Errorf("-acl-default %q: want allow or deny", f.aclDefault)
+}
+
+// printServing says where the node serves and what a newcomer should know.
+func printServing(a *agent.Agent, cfg agent.Config, dev, tempDataDir bool) {
+	scheme := "http"
+	if a.TLSEnabled() {
+		scheme = "https"
+	}
+	fmt.Fprintf(os.Stdout, "keel node %s serving %s://%s (raft %s, data dir %s)\n",
+		a.NodeID(), scheme, a.HTTPAddr(), a.RaftAddr(), cfg.DataDir)
+	if a.EtcdAddr() != "" {
+		fmt.Fprintf(os.Stdout, "etcd v3 API on %s://%s (etcdctl --endpoints %s)\n", scheme, a.EtcdAddr(), a.EtcdAddr())
+	}
+	if cfg.KV.ACLDefault == kv.ACLDeny {
+		fmt.Fprintf(os.Stdout, "ACL default deny: until `keel acl bootstrap`, this node answers only health, status and bootstrap\n")
+	}
+	if tempDataDir {
+		fmt.Fprintf(os.Stdout, "the data dir is temporary: removed when the node stops cleanly (Ctrl-C); give -data-dir to keep the data\n")
+	}
+	if dev {
+		fmt.Fprintf(os.Stdout, "try: curl -X PUT http://%s/v1/kv/hello -d world && curl http://%s/v1/kv/hello?raw=true\n",
+			a.HTTPAddr(), a.HTTPAddr())
+	}
 }
 
 // devEtcdAddr is where keel agent -dev serves the etcd v3 API: etcd's own client port,
