@@ -19,11 +19,6 @@ type Config struct {
 	MaxValueBytes int64
 	// MaxTxnBodyBytes bounds the JSON body of POST /v1/txn and /v1/compact: 413 above it.
 	MaxTxnBodyBytes int64
-	// DefaultListLimit is not read any more: a list without ?limit= is the whole list
-	// (bounded by MaxListLimit and MaxListBytes), not a first page of this size.
-	//
-	// Deprecated: kept so that configurations setting it still build; it has no effect.
-	DefaultListLimit int
 	// MaxListLimit is the largest accepted ?limit= (400 above it; a typed list clamps
 	// to it), the most items a list without ?limit= answers with (413 ListTooLarge
 	// above it), and the limit of a ranged txn get that asks for none.
@@ -112,7 +107,6 @@ func DefaultConfig() Config {
 		MaxKeyBytes:          4096,
 		MaxValueBytes:        1536 * 1024,
 		MaxTxnBodyBytes:      8 << 20,
-		DefaultListLimit:     1000,
 		MaxListLimit:         10000,
 		MaxListBytes:         32 << 20,
 		RequestTimeout:       10 * time.Second,

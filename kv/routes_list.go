@@ -107,18 +107,11 @@ type listPage struct {
 	remaining int64
 }
 
-// scanPage reads one page of req's scan: at most req.limit items (fewer if they would
-// exceed MaxListBytes) at the scan's revision, and the continue token for the next page
-// ("" at the end). The first page fixes the revision (the requested one or the latest);
-// a token carries it, so every page reads the same immutable revision on any node.
-//
-//lint:ignore U1000 the shared page helper of the list doors (the etcd door calls it); the HTTP lists use scan for remainingItemCount
-func (s *Server) scanPage(ctx context.Context, req listRequest) (kvs []fsm.KeyValue, rev int64, cont string, err error) {
-	pg, err := s.scan(ctx, req)
-	return pg.kvs, pg.rev, pg.cont, err
-}
-
-// scan is scanPage, with the remaining count when req.count asks for it.
+// scan reads one page of req's scan: at most req.limit items (fewer if they would
+// exceed MaxListBytes) at the scan's revision, the continue token for the next page
+// ("" at the end), and the remaining count when req.count asks for it. The first page
+// fixes the revision (the requested one or the latest); a token carries it, so every
+// page reads the same immutable revision on any node.
 func (s *Server) scan(ctx context.Context, req listRequest) (listPage, error) {
 	pg := listPage{remaining: -1}
 	rd, err := s.readPage(ctx, req)

@@ -70,7 +70,7 @@ type continueToken struct {
 // ask another for the next page, in either direction. A new node reads version 1, and
 // issues it while some voter runs a release before version 2 (those read only version
 // 1): refusing either would fail a scan in the middle of a rolling upgrade or a
-// downgrade. Version 1 names only a key the caller may read (scanPage resumes at
+// downgrade. Version 1 names only a key the caller may read (scan resumes at
 // readable keys), so in that window the token tells its holder nothing it may not
 // know. The first byte stays the format version so the layout can change again
 // without breaking tokens in flight.
