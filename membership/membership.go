@@ -102,22 +102,10 @@ func Open(ctx context.Context, cfg Config, meta Meta) (*Membership, error) {
 	m.mu.members = make(map[string]*Member)
 	m.mu.pending = make(map[string]*Event)
 
-	mc := cfg.memberlistConfig(cfg.Logger, &delegate{m: m})
-	m.mlLog = &logGate{w: cfg.Logger.Named("memberlist").StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})}
-	mc.Logger = log.New(m.mlLog, "", 0)
-	trans, err := newLimitedTransport(mc, mc.Logger)
-	if err != nil {
-		m.mlLog.close()
-		return nil, fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
+	if err := m.startMemberlist(); err != nil {
+		return nil, err
 	}
-	ml, err := memberlist.Create(mc)
-	if err != nil {
-		trans.Shutdown()
-		m.mlLog.close()
-		return nil, fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
-	}
-	m.gossipStreams = trans.open
-	m.ml = ml
+	ml := m.ml
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.wg.Add(1)
@@ -135,6 +123,28 @@ func Open(ctx context.Context, cfg Config, meta Meta) (*Membership, error) {
 		}
 	}
 	return m, nil
+}
+
+// startMemberlist starts memberlist on its bounded transport, its log behind the gate
+// Close shuts; on failure nothing of it is left running.
+func (m *Membership) startMemberlist() error {
+	cfg := m.cfg
+	mc := cfg.memberlistConfig(cfg.Logger, &delegate{m: m})
+	m.mlLog = &logGate{w: cfg.Logger.Named("memberlist").StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})}
+	mc.Logger = log.New(m.mlLog, "", 0)
+	trans, err := newLimitedTransport(mc, mc.Logger)
+	if err != nil {
+		m.mlLog.close()
+		return fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		trans.Shutdown()
+		m.mlLog.close()
+		return fmt.Errorf("start gossip on %s: %w", cfg.BindAddr, err)
+	}
+	m.gossipStreams, m.ml = trans.open, ml
+	return nil
 }
 
 // prepareMeta fills meta's NodeID and ClusterLabel from c and refuses a mismatch.
