@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/client"
 )
 
 // phaseNames says what each phase of a key migration does (RFD 126).
@@ -78,6 +79,19 @@ func fetchKeyMigrations(ctx context.Context, args []string) ([]api.KeyMigrationS
 	return c.KeyMigrations(ctx)
 }
 
+// waitAdvanced waits, at most waitFor, until every member applies the phase rec took.
+func waitAdvanced(cmd *cobra.Command, c *client.Client, rec *api.KeyPhaseRecord, waitFor time.Duration) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), waitFor)
+	defer cancel()
+	fetch := func(ctx context.Context) (*api.KeyMigrationStatus, error) { return c.KeyMigration(ctx, rec.Name) }
+	if err := waitPhaseApplied(ctx, fetch, rec.Phase, 200*time.Millisecond); err != nil {
+		return fmt.Errorf("keymigrate advance: phase %d taken, but not yet applied by every member after %v: %w",
+			rec.Phase, waitFor, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: every member applies phase %d\n", rec.Name, rec.Phase)
+	return nil
+}
+
 func newKeyStepCmd(step string) *cobra.Command {
 	var to int
 	var by string
@@ -124,15 +138,7 @@ func newKeyStepCmd(step string) *cobra.Command {
 			if step != "advance" || !(wait || (!cmd.Flags().Changed("wait") && isTerminal(cmd.OutOrStdout()))) {
 				return nil
 			}
-			wctx, wcancel := context.WithTimeout(cmd.Context(), waitFor)
-			defer wcancel()
-			fetch := func(ctx context.Context) (*api.KeyMigrationStatus, error) { return c.KeyMigration(ctx, rec.Name) }
-			if err := waitPhaseApplied(wctx, fetch, rec.Phase, 200*time.Millisecond); err != nil {
-				return fmt.Errorf("keymigrate advance: phase %d taken, but not yet applied by every member after %v: %w",
-					rec.Phase, waitFor, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: every member applies phase %d\n", rec.Name, rec.Phase)
-			return nil
+			return waitAdvanced(cmd, c, rec, waitFor)
 		},
 	}
 	if step == "advance" {
