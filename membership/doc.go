@@ -7,7 +7,7 @@
 //
 // It never touches Raft and imports no other keel package: it reports members
 // (Members, Events) and offers pure decisions (BootstrapReady,
-// ServersMeetMinimumCommandFormat, CommonCommandFormat); internal/agent turns them
+// ServersMeetMinimumCommandFormat, CommonCommandFormat); cmd/keel/agent turns them
 // into Raft configuration changes, version GC and bootstrap.
 //
 // Node metadata is at most MetaMaxSize (512) bytes in a versioned, forward-compatible

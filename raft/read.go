@@ -156,7 +156,7 @@ func (v *verifier) loop() {
 }
 
 // ClusterSecret waits for the replicated cluster secret. This package never proposes
-// one: the embedding agent mints it (internal/agent).
+// one: the embedding agent mints it (cmd/keel/agent).
 func (n *Node) ClusterSecret(ctx context.Context) ([]byte, error) {
 	for {
 		ch := n.fsm.appliedCh()

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/cmd/keel/agent"
 	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/membership"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/cmd/keel/agent"
 	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv"
 )

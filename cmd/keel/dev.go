@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
-	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/cmd/keel/agent"
 	"github.com/keel-kv/keel/versions"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/cmd/keel/agent"
 	"github.com/keel-kv/keel/kv/client"
 )
 

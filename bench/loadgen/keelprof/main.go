@@ -1,6 +1,6 @@
 // Command keelprof is a keel node with net/http/pprof on a side port, for profiling
 // under the load generator: keel's own binary does not serve /debug/pprof. It wires
-// internal/agent exactly as `keel agent` does (cmd/keel/agent.go) for the flags the
+// cmd/keel/agent exactly as `keel agent` does (cmd/keel/agent.go) for the flags the
 // load generator passes, so the node behaves the same.
 //
 //	keelprof agent -node-id k0 -data-dir D -http-addr A -raft-addr R [-bootstrap|-join R0] -pprof-addr P
@@ -21,7 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/keel-kv/keel/internal/agent"
+	"github.com/keel-kv/keel/cmd/keel/agent"
 	"github.com/keel-kv/keel/internal/tlsutil"
 )
 

@@ -19,7 +19,7 @@ import (
 // dashboardMetrics returns every metric name the Grafana dashboard's queries use.
 func dashboardMetrics(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "grafana-dashboard.json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "grafana-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func dashboardMetrics(t *testing.T) []string {
 // on /metrics of a running node with a schema that has served HTTP and stream requests.
 func TestGrafanaDashboardMetricsExist(t *testing.T) {
 	want := dashboardMetrics(t)
-	s, err := versions.LoadSchema(filepath.Join("..", "..", "docs", "examples", "widgets-v2.yaml"))
+	s, err := versions.LoadSchema(filepath.Join("..", "..", "..", "docs", "examples", "widgets-v2.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 func loadTestSchema(t *testing.T, name string) *versions.Schema {
 	t.Helper()
-	s, err := versions.LoadSchema(filepath.Join("..", "..", "versions", "testdata", name))
+	s, err := versions.LoadSchema(filepath.Join("..", "..", "..", "versions", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

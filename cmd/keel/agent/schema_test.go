@@ -21,7 +21,7 @@ import (
 // gizmos is set.
 func schemaWith(t *testing.T, pref string, gizmos bool) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "versions", "testdata", "widgets-v1v2.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "versions", "testdata", "widgets-v1v2.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
