@@ -12,8 +12,14 @@
 // tokens are valid on every node and across restarts because the secret that signs them
 // is replicated. The wire types live in kv/api; the Go client in kv/client.
 //
-// Besides HTTP, two more doors reach the same rules: the stream protocol (stream*.go)
-// and the etcd v3 gRPC API (etcd_*.go, [EtcdServer]). A door only translates: rights,
-// limits, reserved prefixes and validation live once, in helpers every door calls, and
-// each door maps errors to its protocol's in one function (classify, etcdError).
+// The service core. [Server]'s exported methods (core.go, core_kv.go) are the
+// operations keel offers, door-neutral: they take the caller's identity ([Caller],
+// from Authenticate) and return typed results and typed errors (errors.go's Err*,
+// fsm's, raft's). DESIGN: rights, limits, reserved prefixes, UTF-8 and duplicate-key
+// checks live here, once; a door decodes its protocol, calls the core, encodes the
+// answer and maps errors in one function of its own. The etcd v3 gRPC door is
+// package kv/etcdv3 and calls only the core's exported methods. The HTTP routes
+// (routes_*.go, mapped by classify in errors.go) and the stream protocol (stream*.go)
+// still live in this package and call the same unexported helpers the core's methods
+// wrap; they move to packages of their own next (issue #25).
 package kv

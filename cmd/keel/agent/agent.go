@@ -18,6 +18,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/etcdv3"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
@@ -36,7 +37,7 @@ type Agent struct {
 	server    *kv.Server
 	ln        net.Listener
 	// etcd serves the etcd v3 API on etcdLn; nil when Config.EtcdAddr is empty.
-	etcd    *kv.EtcdServer
+	etcd    *etcdv3.Server
 	etcdLn  net.Listener
 	etcdErr chan error
 	gossip  *gossip           // nil when gossip is off

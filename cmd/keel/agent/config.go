@@ -28,7 +28,7 @@ type Config struct {
 	NodeID   string
 	DataDir  string
 	HTTPAddr string // default 127.0.0.1:7370
-	// EtcdAddr, when set, serves the etcd v3 gRPC API there (kv.EtcdServer), with the
+	// EtcdAddr, when set, serves the etcd v3 gRPC API there (etcdv3.Server), with the
 	// HTTP port's TLS, client-certificate rule and ACLs; empty serves none.
 	EtcdAddr string
 	Raft     raft.Config

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/etcdv3"
 )
 
 // startEtcd serves the etcd v3 API when the config asks for it, and publishes this
@@ -21,7 +21,7 @@ func (a *Agent) startEtcd() error {
 		return fmt.Errorf("listen etcd %s: %w", a.cfg.EtcdAddr, err)
 	}
 	a.etcdLn = ln
-	a.etcd = kv.NewEtcdServer(a.server)
+	a.etcd = etcdv3.New(a.server)
 	a.etcdErr = make(chan error, 1)
 	go func() { a.etcdErr <- a.etcd.Serve(ln) }()
 	return nil
@@ -56,11 +56,11 @@ func (a *Agent) etcdClientURL() string {
 }
 
 // publishEtcdURLLoop writes this node's etcd client URL to its record
-// (kv.EtcdURLKey), unless the record already says it, retrying until it is applied or
+// (etcdv3.URLKey), unless the record already says it, retrying until it is applied or
 // ctx ends. The record is keel's own: invisible through every door's KV API.
 func (a *Agent) publishEtcdURLLoop(ctx context.Context) {
 	url := a.etcdClientURL()
-	key := []byte(kv.EtcdURLKey(a.cfg.NodeID))
+	key := []byte(etcdv3.URLKey(a.cfg.NodeID))
 	tick := time.NewTicker(secretPoll)
 	defer tick.Stop()
 	for {

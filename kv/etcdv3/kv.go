@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"bytes"
@@ -13,69 +13,57 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// etcdKV serves etcd's KV service. Reads come from a view (viewAt), writes are one
-// KV API transaction each (limits.txn, applyTxn): the same rights, limits and
-// reserved prefixes as POST /v1/txn.
+// etcdKV serves etcd's KV service: reads are the core's Range, writes one core Txn
+// each, with the same rights, limits and reserved prefixes as POST /v1/txn.
 type etcdKV struct {
 	pb.UnimplementedKVServer
-	e *EtcdServer
+	e *Server
 }
 
-// rangeOp validates the range of an etcd request with the KV API's rules for a ranged
-// get (limits.op) and returns it as a state machine op: End nil for one key.
-func (e *EtcdServer) rangeOp(key, end []byte) (fsm.Op, error) {
+// rangeEnd translates etcd's range end: "\x00" (every key from the start key on) is
+// etcdKeyspaceEnd. An empty key is etcd's own error.
+func rangeEnd(key, end []byte) ([]byte, error) {
 	if len(key) == 0 {
-		return fsm.Op{}, errEtcdEmptyKey
+		return nil, errEtcdEmptyKey
 	}
-	o := api.Op{Type: api.OpGet, Key: string(key), End: string(end)}
 	if bytes.Equal(end, []byte{0}) {
-		o.End = etcdKeyspaceEnd
+		return []byte(etcdKeyspaceEnd), nil
 	}
-	return e.s.lim.op(o)
+	return end, nil
+}
+
+// rangeOp validates the range of an etcd request as a ranged get (the core's CheckOp)
+// and returns it as a state machine op: End nil for one key.
+func (e *Server) rangeOp(key, end []byte) (fsm.Op, error) {
+	end, err := rangeEnd(key, end)
+	if err != nil {
+		return fsm.Op{}, err
+	}
+	return e.core.CheckOp(api.Op{Type: api.OpGet, Key: string(key), End: string(end)})
 }
 
 // Range serves KV.Range: one key, or the keys of [key, range_end), filtered,
 // sorted and limited as etcd does, at the request's revision.
 func (k etcdKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	e := k.e
-	op, err := e.rangeOp(r.Key, r.RangeEnd)
+	end, err := rangeEnd(r.Key, r.RangeEnd)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTxnAccess(authzOf(ctx), &fsm.Txn{Success: []fsm.Op{op}}); err != nil {
-		return nil, err
-	}
-	cons := fsm.Linearizable
-	if r.Serializable {
-		cons = fsm.Serializable
-	}
-	view, err := e.s.viewAt(ctx, cons, r.Revision)
+	res, err := e.core.Range(ctx, callerOf(ctx), kv.RangeRequest{Key: r.Key, End: end, Revision: r.Revision,
+		Serializable: r.Serializable})
 	if err != nil {
 		return nil, err
 	}
-	rev := r.Revision
-	if rev <= 0 {
-		rev = view.Revision()
-	}
-	var kvs []fsm.KeyValue
-	if op.End == nil {
-		kv, err := view.Get(op.Key, rev)
-		if err == nil {
-			kvs = []fsm.KeyValue{kv}
-		} else if !errors.Is(err, fsm.ErrKeyNotFound) {
-			return nil, revisionError(view, rev, err)
-		}
-	} else if kvs, _, err = view.Range(op.Key, op.End, rev, 0); err != nil {
-		return nil, revisionError(view, rev, err)
-	}
-	resp, err := e.shapeRange(r, kvs, false)
+	resp, err := e.shapeRange(r, res.KVs, false)
 	if err != nil {
 		return nil, err
 	}
-	resp.Header = e.header(view.Revision())
+	resp.Header = e.header(res.Revision)
 	return resp, nil
 }
 
@@ -83,9 +71,9 @@ func (k etcdKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 // dropped, then etcd's revision filters, sort, count, limit, keys_only and count_only
 // apply. cut says the keys came from a get that its limit cut (a transaction's get):
 // an answer that needs every key (a sort, a filter, a count) is then refused.
-func (e *EtcdServer) shapeRange(r *pb.RangeRequest, kvs []fsm.KeyValue, cut bool) (*pb.RangeResponse, error) {
+func (e *Server) shapeRange(r *pb.RangeRequest, kvs []fsm.KeyValue, cut bool) (*pb.RangeResponse, error) {
 	kvs = slices.DeleteFunc(slices.Clone(kvs), func(kv fsm.KeyValue) bool {
-		return e.s.reservedKey(kv.Key) || !inRevisionFilters(r, kv)
+		return e.core.Hidden(kv.Key) || !inRevisionFilters(r, kv)
 	})
 	if err := sortRange(r, kvs); err != nil {
 		return nil, err
@@ -196,7 +184,7 @@ func (k etcdKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 }
 
 // applyOne applies op as a one-op transaction and returns its response and revision.
-func (e *EtcdServer) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, int64, error) {
+func (e *Server) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, int64, error) {
 	res, err := e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
 	if err != nil {
 		return fsm.OpResponse{}, 0, err
@@ -209,7 +197,7 @@ func (e *EtcdServer) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, i
 
 // putOp translates a put, validated by limits.op. ignore_value and ignore_lease keep
 // the key's value or lease (fsm.Op.IgnoreValue, IgnoreLease); the key must exist.
-func (e *EtcdServer) putOp(r *pb.PutRequest) (fsm.Op, error) {
+func (e *Server) putOp(r *pb.PutRequest) (fsm.Op, error) {
 	switch {
 	case len(r.Key) == 0:
 		return fsm.Op{}, errEtcdEmptyKey
@@ -218,7 +206,7 @@ func (e *EtcdServer) putOp(r *pb.PutRequest) (fsm.Op, error) {
 	case r.IgnoreLease && r.Lease != 0:
 		return fsm.Op{}, errEtcdLeaseProvided
 	}
-	op, err := e.s.lim.op(api.Op{Type: api.OpPut, Key: string(r.Key), Value: r.Value, Lease: r.Lease})
+	op, err := e.core.CheckOp(api.Op{Type: api.OpPut, Key: string(r.Key), Value: r.Value, Lease: r.Lease})
 	if err != nil {
 		return fsm.Op{}, err
 	}
@@ -226,19 +214,15 @@ func (e *EtcdServer) putOp(r *pb.PutRequest) (fsm.Op, error) {
 	return op, nil
 }
 
-// applyEtcdTxn refuses what etcd refuses before proposing (the duplicate-key check of
-// etcd's checkIntervals) and applies the transaction (applyTxn: rights, reserved
-// prefixes).
-func (e *EtcdServer) applyEtcdTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
-	if err := fsm.CheckDuplicateKeysEtcd(txn); err != nil {
-		return nil, err
-	}
-	return e.s.applyTxn(ctx, txn)
+// applyEtcdTxn applies a transaction with the core's Txn, which also refuses what etcd
+// refuses before proposing (the duplicate-key check of etcd's checkIntervals).
+func (e *Server) applyEtcdTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
+	return e.core.Txn(ctx, callerOf(ctx), txn, kv.TxnOptions{EtcdDuplicates: true})
 }
 
 // deleteOp translates a delete, validated as a get of its range (rangeOp); prev_kv
 // asks the state machine for the deleted keys (fsm.Op.PrevKV).
-func (e *EtcdServer) deleteOp(r *pb.DeleteRangeRequest) (fsm.Op, error) {
+func (e *Server) deleteOp(r *pb.DeleteRangeRequest) (fsm.Op, error) {
 	op, err := e.rangeOp(r.Key, r.RangeEnd)
 	if err != nil {
 		return fsm.Op{}, err
@@ -265,14 +249,11 @@ func (k etcdKV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 	return resp, nil
 }
 
-// Compact serves KV.Compact: the compact right (POST /v1/compact's rule), then the
-// same command. physical is ignored: reads below the revision fail at once, the space
+// Compact serves KV.Compact: the core's Compact (POST /v1/compact's rule and
+// command). physical is ignored: reads below the revision fail at once, the space
 // is reclaimed in the background.
 func (k etcdKV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	if err := routeRight(ctx, "POST "+api.PathCompact); err != nil {
-		return nil, err
-	}
-	res, err := k.e.s.compact(ctx, r.Revision)
+	res, err := k.e.core.Compact(ctx, callerOf(ctx), r.Revision)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
 
 // errEtcdUnsupported: the etcd door does not serve an option or a request kind yet;
 // nothing was done. The message names what is missing.
-var errEtcdUnsupported = errors.New("kv: not supported by keel's etcd API")
+var errEtcdUnsupported = errors.New("etcdv3: not supported by keel's etcd API")
 
 // etcdUnsupported refuses what the door does not serve, naming it.
 func etcdUnsupported(what string) error {
@@ -43,12 +44,12 @@ func etcdError(err error) error {
 		return e
 	}
 	switch {
-	case errors.Is(err, errEtcdUnsupported), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidParam),
-		errors.Is(err, ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand), errors.Is(err, ErrInvalidContinueToken):
+	case errors.Is(err, errEtcdUnsupported), errors.Is(err, kv.ErrInvalidKey), errors.Is(err, kv.ErrInvalidParam),
+		errors.Is(err, kv.ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand), errors.Is(err, kv.ErrInvalidContinueToken):
 		return status.Error(codes.InvalidArgument, "etcdserver: "+err.Error())
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, kv.ErrConflict):
 		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
-	case errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
+	case errors.Is(err, kv.ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
 		errors.Is(err, versions.ErrNotRegistered), errors.Is(err, versions.ErrNoCommonEncoding):
 		return status.Error(codes.Unavailable, "etcdserver: "+err.Error())
 	}
@@ -78,17 +79,17 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCValueProvided
 	case errors.Is(err, errEtcdLeaseProvided):
 		return rpctypes.ErrGRPCLeaseProvided
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, kv.ErrTooLarge):
 		return rpctypes.ErrGRPCRequestTooLarge
-	case errors.Is(err, ErrUnauthorized):
+	case errors.Is(err, kv.ErrUnauthorized):
 		return rpctypes.ErrGRPCInvalidAuthToken
 	case errors.Is(err, errEtcdAuthFailed):
 		return rpctypes.ErrGRPCAuthFailed
 	case errors.Is(err, errEtcdAuthNotEnabled):
 		return rpctypes.ErrGRPCAuthNotEnabled
-	case errors.Is(err, ErrForbidden), errors.Is(err, ErrReservedPrefix):
+	case errors.Is(err, kv.ErrForbidden), errors.Is(err, kv.ErrReservedPrefix):
 		return rpctypes.ErrGRPCPermissionDenied
-	case errors.Is(err, ErrTooManyWatches), errors.Is(err, ErrTooManyRequests):
+	case errors.Is(err, kv.ErrTooManyWatches), errors.Is(err, kv.ErrTooManyRequests):
 		return rpctypes.ErrGRPCRequestTooManyRequests
 	case errors.Is(err, raft.ErrNoLeader):
 		return rpctypes.ErrGRPCNoLeader
@@ -109,13 +110,13 @@ func etcdSentinel(err error) error {
 // Errors only the etcd door raises (mapped in etcdSentinel).
 var (
 	// errEtcdEmptyKey: a request without a key.
-	errEtcdEmptyKey = errors.New("kv: etcd: key is not provided")
+	errEtcdEmptyKey = errors.New("etcdv3: key is not provided")
 	// errEtcdValueProvided: a put with ignore_value and a value.
-	errEtcdValueProvided = errors.New("kv: etcd: value is provided")
+	errEtcdValueProvided = errors.New("etcdv3: value is provided")
 	// errEtcdLeaseProvided: a put with ignore_lease and a lease.
-	errEtcdLeaseProvided = errors.New("kv: etcd: lease is provided")
+	errEtcdLeaseProvided = errors.New("etcdv3: lease is provided")
 	// errEtcdAuthFailed: Authenticate with an unknown user or a wrong password.
-	errEtcdAuthFailed = errors.New("kv: etcd: authentication failed")
+	errEtcdAuthFailed = errors.New("etcdv3: authentication failed")
 	// errEtcdAuthNotEnabled: Authenticate while the cluster enforces no ACLs.
-	errEtcdAuthNotEnabled = errors.New("kv: etcd: authentication is not enabled")
+	errEtcdAuthNotEnabled = errors.New("etcdv3: authentication is not enabled")
 )

@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"context"
@@ -11,18 +11,18 @@ import (
 	"github.com/keel-kv/keel/fsm"
 )
 
-// etcdLease serves etcd's Lease service with the lease operations of /v1/leases
-// (grantLease, revokeLease, keepAliveLease, leaseTimeToLive, listLeases), whose
+// etcdLease serves etcd's Lease service with the core's lease operations (LeaseGrant,
+// LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, Leases), those of /v1/leases, whose
 // rights and bounds it inherits: TTLs outside [api.MinLeaseTTL, api.MaxLeaseTTL]
 // seconds are refused (etcd would raise a short TTL to its minimum).
 type etcdLease struct {
 	pb.UnimplementedLeaseServer
-	e *EtcdServer
+	e *Server
 }
 
 // LeaseGrant serves Lease.LeaseGrant; ID 0 lets the server choose.
 func (l etcdLease) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	id, err := l.e.s.grantLease(ctx, r.ID, r.TTL)
+	id, err := l.e.core.LeaseGrant(ctx, callerOf(ctx), r.ID, r.TTL)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +31,7 @@ func (l etcdLease) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb
 
 // LeaseRevoke serves Lease.LeaseRevoke: the lease and its keys go at one revision.
 func (l etcdLease) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	res, err := l.e.s.revokeLease(ctx, r.ID)
+	res, err := l.e.core.LeaseRevoke(ctx, callerOf(ctx), r.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (l etcdLease) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*
 // LeaseTimeToLive serves Lease.LeaseTimeToLive; a lease that does not exist answers
 // TTL -1, as etcd does.
 func (l etcdLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	info, err := l.e.s.leaseTimeToLive(ctx, r.ID)
+	info, err := l.e.core.LeaseTimeToLive(ctx, callerOf(ctx), r.ID)
 	if errors.Is(err, fsm.ErrLeaseNotFound) {
 		return &pb.LeaseTimeToLiveResponse{Header: l.e.header(l.e.revision(ctx)), ID: r.ID, TTL: -1}, nil
 	}
@@ -60,7 +60,7 @@ func (l etcdLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReq
 
 // LeaseLeases serves Lease.LeaseLeases: the leases the token could look up.
 func (l etcdLease) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	list, err := l.e.s.listLeases(ctx, fsm.Linearizable)
+	list, err := l.e.core.Leases(ctx, callerOf(ctx), fsm.Linearizable)
 	if err != nil {
 		return nil, err
 	}
@@ -114,18 +114,18 @@ func (l etcdLease) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 }
 
 func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAliveResponse, error) {
-	ctx, err := l.e.authorizedStream(ctx)
+	c, err := l.e.core.Refresh(callerOf(ctx))
 	if err != nil {
 		return nil, err
 	}
-	src := peerHost(ctx)
-	if !l.e.s.acquireRequest(src) {
-		return nil, l.e.s.tooManyRequests()
+	release, err := l.e.core.AdmitRequest(peerHost(ctx))
+	if err != nil {
+		return nil, err
 	}
-	defer l.e.s.releaseRequest(src)
-	ctx, cancel := context.WithTimeout(ctx, l.e.s.cfg.RequestTimeout)
+	defer release()
+	ctx, cancel := l.e.core.RequestContext(ctx)
 	defer cancel()
-	left, err := l.e.s.keepAliveLease(ctx, id)
+	left, err := l.e.core.LeaseKeepAlive(ctx, c, id)
 	if errors.Is(err, fsm.ErrLeaseNotFound) {
 		return &pb.LeaseKeepAliveResponse{Header: l.e.header(l.e.revision(ctx)), ID: id, TTL: 0}, nil
 	}
@@ -137,10 +137,10 @@ func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAl
 }
 
 // revision is the node's applied revision, for headers of answers that read none.
-func (e *EtcdServer) revision(ctx context.Context) int64 {
-	v, err := e.s.store.View(ctx, fsm.Serializable)
+func (e *Server) revision(ctx context.Context) int64 {
+	rev, _, err := e.core.Revisions(ctx)
 	if err != nil {
 		return 0
 	}
-	return v.Revision()
+	return rev
 }

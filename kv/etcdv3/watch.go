@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -19,17 +20,17 @@ import (
 // revision it has reached while idle (etcd's default).
 var etcdProgressInterval = 10 * time.Minute
 
-// etcdWatch serves etcd's Watch service: many watches on one stream, each a keel
-// watcher opened as GET /v1/watch opens one (checkWatchStart, openWatch, watchRights).
+// etcdWatch serves etcd's Watch service: many watches on one stream, each a watch of
+// the core (Watch), opened with the rules of GET /v1/watch.
 type etcdWatch struct {
 	pb.UnimplementedWatchServer
-	e *EtcdServer
+	e *Server
 }
 
 // etcdWatchStream is one Watch stream. Sends are serialized by sendMu; watches maps
 // watch IDs to their pumps.
 type etcdWatchStream struct {
-	e      *EtcdServer
+	e      *Server
 	stream pb.Watch_WatchServer
 	ctx    context.Context
 	sendMu sync.Mutex
@@ -44,8 +45,7 @@ type etcdWatchStream struct {
 // etcdWatcher is one watch of a stream, pumped by its own goroutine.
 type etcdWatcher struct {
 	id              int64
-	w               *fsm.Watcher
-	done            func() // closes the watcher, releases its slot
+	w               *kv.Watch
 	cancel          context.CancelFunc
 	exited          chan struct{}
 	notify          chan struct{}   // cap 1: the watcher may have something
@@ -53,8 +53,6 @@ type etcdWatcher struct {
 	prevKV          bool
 	noPut, noDelete bool
 	progressNotify  bool
-	allow           func([]byte) bool // nil: every key
-	revoked         func() error      // nil: ACLs not enforced
 }
 
 // Watch serves one Watch stream until the client ends it, the server stops, or (with
@@ -63,7 +61,7 @@ func (x etcdWatch) Watch(stream pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	if hasLeaderMD(stream.Context()) {
-		if lost := x.e.s.contactContext(); lost != nil {
+		if lost := x.e.core.LeaderLost(); lost != nil {
 			stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
 			defer stop()
 		}
@@ -135,8 +133,8 @@ func (ws *etcdWatchStream) refuse(id int64, err error) {
 		if errors.As(err, &werr) {
 			compact = werr.CompactRevision
 		}
-		if v, verr := ws.e.s.store.View(ws.ctx, fsm.Serializable); compact == 0 && verr == nil {
-			compact = v.CompactRevision()
+		if _, c, verr := ws.e.core.Revisions(ws.ctx); compact == 0 && verr == nil {
+			compact = c
 		}
 		ws.send(&pb.WatchResponse{Header: ws.e.header(0), WatchId: id, Created: true})
 		ws.send(&pb.WatchResponse{Header: ws.e.header(0), WatchId: id, Canceled: true, CompactRevision: max(compact, 1),
@@ -147,25 +145,12 @@ func (ws *etcdWatchStream) refuse(id int64, err error) {
 		CancelReason: status.Convert(etcdError(err)).Message()})
 }
 
-// create opens one watch: the range rules of a ranged get (limits.op), the watch
-// rules of GET /v1/watch (checkWatchStart, openWatch), then its pump.
+// create opens one watch: the core's Watch (the range rules of a ranged get, the watch
+// rules of GET /v1/watch), then its pump.
 func (ws *etcdWatchStream) create(cr *pb.WatchCreateRequest) {
 	id, err := ws.reserveID(cr.WatchId)
 	if err != nil {
 		ws.refuse(-1, err)
-		return
-	}
-	ctx, err := ws.e.authorizedStream(ws.ctx)
-	var q watchReq
-	if err == nil {
-		q, err = ws.e.watchReq(cr)
-	}
-	if err == nil {
-		err = ws.e.s.checkWatchStart(ctx, q)
-	}
-	if err != nil {
-		ws.release(id)
-		ws.refuse(id, err)
 		return
 	}
 	w := &etcdWatcher{id: id, exited: make(chan struct{}), notify: make(chan struct{}, 1),
@@ -174,38 +159,25 @@ func (ws *etcdWatchStream) create(cr *pb.WatchCreateRequest) {
 		w.noPut = w.noPut || f == pb.WatchCreateRequest_NOPUT
 		w.noDelete = w.noDelete || f == pb.WatchCreateRequest_NODELETE
 	}
-	q.opts.Notify = func() {
+	notify := func() {
 		select {
 		case w.notify <- struct{}{}:
 		default:
 		}
 	}
-	w.allow, w.revoked = ws.e.s.watchRights(ctx)
-	watcher, rev, done, err := ws.e.s.openWatch(ctx, q)
+	// cr.Fragment is accepted and ignored: answers are never split, and etcd clients
+	// accept whole ones.
+	end, err := rangeEnd(cr.Key, cr.RangeEnd)
+	if err == nil {
+		w.w, err = ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), kv.WatchRequest{Key: cr.Key, End: end,
+			StartRevision: cr.StartRevision, PrevKV: cr.PrevKv, Notify: notify})
+	}
 	if err != nil {
 		ws.release(id)
 		ws.refuse(id, err)
 		return
 	}
-	w.w, w.done = watcher, done
-	ws.start(w, rev)
-}
-
-// watchReq validates a create request as a keel watch: the range of a ranged get
-// (rangeOp), the rest as GET /v1/watch's (newWatchReq). Progress is the door's own.
-func (e *EtcdServer) watchReq(cr *pb.WatchCreateRequest) (watchReq, error) {
-	op, err := e.rangeOp(cr.Key, cr.RangeEnd)
-	if err != nil {
-		return watchReq{}, err
-	}
-	q, err := e.s.newWatchReq(string(op.Key), false, cr.StartRevision, cr.PrevKv, 0, fsm.Serializable)
-	if err != nil {
-		return watchReq{}, err
-	}
-	// cr.Fragment is accepted and ignored: answers are never split, and etcd clients
-	// accept whole ones.
-	q.opts.End = op.End
-	return q, nil
+	ws.start(w, w.w.Revision)
 }
 
 // reserveID takes the client's watch ID (0: the next free one).
@@ -213,7 +185,7 @@ func (ws *etcdWatchStream) reserveID(want int64) (int64, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if want < 0 {
-		return 0, fmt.Errorf("%w: watch ID %d is negative", ErrInvalidParam, want)
+		return 0, fmt.Errorf("%w: watch ID %d is negative", kv.ErrInvalidParam, want)
 	}
 	if want == 0 {
 		for ws.watches[ws.nextID] != nil {
@@ -222,7 +194,7 @@ func (ws *etcdWatchStream) reserveID(want int64) (int64, error) {
 		want = ws.nextID
 		ws.nextID++
 	} else if _, ok := ws.watches[want]; ok {
-		return 0, fmt.Errorf("%w: duplicate watch ID %d", ErrInvalidParam, want)
+		return 0, fmt.Errorf("%w: duplicate watch ID %d", kv.ErrInvalidParam, want)
 	}
 	ws.watches[want] = &etcdWatcher{id: want, exited: closedChan} // placeholder until started
 	return want, nil
@@ -242,7 +214,7 @@ func (ws *etcdWatchStream) start(w *etcdWatcher, rev int64) {
 	w.cancel = cancel
 	if ctx.Err() != nil { // the stream is ending
 		cancel()
-		w.done()
+		w.w.Close()
 		ws.release(w.id)
 		return
 	}
@@ -255,7 +227,7 @@ func (ws *etcdWatchStream) start(w *etcdWatcher, rev int64) {
 	go func() {
 		defer ws.wg.Done()
 		defer close(w.exited)
-		defer w.done()
+		defer w.w.Close()
 		if err := ws.pump(ctx, w); err != nil {
 			ws.ended(w, err)
 		}
@@ -356,7 +328,7 @@ func (ws *etcdWatchStream) drain(w *etcdWatcher) error {
 		if err != nil {
 			return err
 		}
-		if err := rightsLost(w.revoked, func(error) {}); err != nil {
+		if err := w.w.RightsLost(); err != nil {
 			return err
 		}
 		if err := ws.sendEvents(w, groups); err != nil {
@@ -375,7 +347,7 @@ func (ws *etcdWatchStream) sendEvents(w *etcdWatcher, groups []*fsm.RevisionEven
 		last = g.Revision
 		for _, ev := range g.Events {
 			if (ev.Type == fsm.EventPut && w.noPut) || (ev.Type == fsm.EventDelete && w.noDelete) ||
-				ws.e.s.reservedKey(ev.KV.Key) || (w.allow != nil && !w.allow(ev.KV.Key)) {
+				ws.e.core.Hidden(ev.KV.Key) || !w.w.Allowed(ev.KV.Key) {
 				continue
 			}
 			out := &mvccpb.Event{Type: mvccpb.PUT, Kv: etcdKeyValue(ev.KV, false)}
@@ -425,11 +397,11 @@ func (ws *etcdWatchStream) progressOnce() (int64, bool) {
 	ws.mu.Unlock()
 	least := int64(-1)
 	if len(ws2) == 0 {
-		v, err := ws.e.s.store.View(ws.ctx, fsm.Serializable)
+		rev, _, err := ws.e.core.Revisions(ws.ctx)
 		if err != nil {
 			return 0, false
 		}
-		return v.Revision(), true
+		return rev, true
 	}
 	for _, w := range ws2 {
 		reply := make(chan int64, 1)

@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
 // etcd's sort targets and orders, revision filters, count, limit and keys_only, as
@@ -15,7 +17,7 @@ import (
 // target without an order ascends), count before the limit (kills: a sort order or
 // target ignored or swapped, count taken after the limit, a filter bound off by one).
 func TestShapeRangeAsEtcd(t *testing.T) {
-	e := &EtcdServer{s: &Server{}}
+	e := &Server{core: &kv.Server{}}
 	kvs := []fsm.KeyValue{ // key order, as a range returns them
 		{Key: []byte("a"), Value: []byte("3"), CreateRevision: 4, ModRevision: 9, Version: 2},
 		{Key: []byte("b"), Value: []byte("1"), CreateRevision: 2, ModRevision: 2, Version: 1},
@@ -73,7 +75,13 @@ func TestShapeRangeAsEtcd(t *testing.T) {
 // API's rules at every depth (limits.op, limits.compare), and bounds the nesting
 // (kills: nested requests translated without validation; no depth bound).
 func TestEtcdTxnValidatesNested(t *testing.T) {
-	e := &EtcdServer{s: &Server{lim: limits{maxKeyBytes: 8, maxValueBytes: 8, maxListLimit: 10}}}
+	cfg := kv.DefaultConfig()
+	cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxListLimit = 8, 8, 10
+	core, err := kv.NewServer(cfg, kvtest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Server{core: core}
 	nest := func(op *pb.RequestOp) *pb.TxnRequest {
 		inner := &pb.TxnRequest{Failure: []*pb.RequestOp{op}}
 		return &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}}}
@@ -89,11 +97,11 @@ func TestEtcdTxnValidatesNested(t *testing.T) {
 		req  *pb.TxnRequest
 		want error
 	}{
-		"long key":   {nest(put("123456789", "v")), ErrInvalidKey},
-		"not UTF-8":  {nest(put("\xff", "v")), ErrInvalidKey},
-		"long value": {nest(put("k", "123456789")), ErrTooLarge},
+		"long key":   {nest(put("123456789", "v")), kv.ErrInvalidKey},
+		"not UTF-8":  {nest(put("\xff", "v")), kv.ErrInvalidKey},
+		"long value": {nest(put("k", "123456789")), kv.ErrTooLarge},
 		"compare": {nest(&pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
-			Compare: []*pb.Compare{{Key: []byte("123456789"), Target: pb.Compare_LEASE}}}}}), ErrInvalidKey},
+			Compare: []*pb.Compare{{Key: []byte("123456789"), Target: pb.Compare_LEASE}}}}}), kv.ErrInvalidKey},
 	} {
 		if _, err := e.etcdTxn(c.req, 1); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)

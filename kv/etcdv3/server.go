@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	hraft "github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -22,39 +21,21 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 )
 
-// The etcd door: the etcd v3 gRPC API (KV, Watch, Lease, Cluster, Maintenance, Auth's
-// Authenticate, and gRPC health) on its own listener, so that etcd clients work
-// unchanged. The door only translates: every right, limit, reserved prefix and
-// validation is the one the HTTP routes and the stream protocol use (getKey-style
-// helpers, limits.op/compare/txn, applyTxn, checkTxnAccess, openWatch, grantLease ...),
-// and every error is mapped to etcd's own (rpctypes) in one function, etcdError.
-//
-// Revisions. keel has one revision space, shared by every door: an etcd client sees
-// the same numbers as an HTTP client. keel's own records (under "\x00keel/": ACLs,
-// storage versions, migrations) and typed resources' keys are written in that space
-// but are invisible through this door, so an etcd client sees gaps: consecutive
-// writes it makes may be more than one revision apart. etcd itself promises only
-// that revisions increase, and clients (kube-apiserver, concurrency) rely on no more.
-//
-// Keys. Every keel key is UTF-8, so no key holds the byte 0xff: etcd's range end
-// "\x00" (every key from the start key on) becomes the end "\xff" (etcdKeyspaceEnd),
-// which is above every key keel can hold.
-
-// EtcdVersion is the etcd release this door reports (Maintenance.Status): a version
+// Version is the etcd release this door reports (Maintenance.Status): a version
 // that kube-apiserver and etcdctl accept. It says which API the door speaks, not that
 // keel is etcd.
-const EtcdVersion = "3.6.0"
+const Version = "3.6.0"
 
 // etcdKeyspaceEnd is above every UTF-8 key: the translation of etcd's range end "\x00".
 const etcdKeyspaceEnd = "\xff"
 
-// EtcdServer serves the etcd v3 gRPC API over a Server's store and rules. Create it
-// with NewEtcdServer; Serve and Stop may be called from different goroutines.
-type EtcdServer struct {
-	s      *Server
+// Server serves the etcd v3 gRPC API over a Server's store and rules. Create it
+// with New; Serve and Stop may be called from different goroutines.
+type Server struct {
+	core   *kv.Server
 	grpc   *grpc.Server
 	health *health.Server
 	addr   string                                // set by Serve: the listener's address, for MemberList
@@ -66,23 +47,24 @@ type EtcdServer struct {
 	stop    chan struct{} // closed by Stop: ends watch and keepalive streams
 }
 
-// NewEtcdServer returns the etcd door of s. It serves TLS when s does (with the same
+// New returns the etcd door of s. It serves TLS when s does (with the same
 // certificates and client-certificate rule) and the same ACLs: an etcd client sends a
 // keel token as the "token" metadata (or gets it from Authenticate).
-func NewEtcdServer(s *Server) *EtcdServer {
-	e := &EtcdServer{s: s, health: health.NewServer(), stop: make(chan struct{})}
+func New(core *kv.Server) *Server {
+	e := &Server{core: core, health: health.NewServer(), stop: make(chan struct{})}
+	cfg := core.Config()
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
-		grpc.MaxRecvMsgSize(int(max(s.cfg.MaxTxnBodyBytes, s.cfg.MaxValueBytes+int64(s.cfg.MaxKeyBytes))) + 4096),
+		grpc.MaxRecvMsgSize(int(max(cfg.MaxTxnBodyBytes, cfg.MaxValueBytes+int64(cfg.MaxKeyBytes))) + 4096),
 		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
 		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
 		// that would close their connections with "too many pings".
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
 	}
-	if s.cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS.Clone())))
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.Clone())))
 	}
 	e.grpc = grpc.NewServer(opts...)
 	pb.RegisterKVServer(e.grpc, etcdKV{e: e})
@@ -97,25 +79,25 @@ func NewEtcdServer(s *Server) *EtcdServer {
 }
 
 // Serve serves the etcd API on ln until Stop; it returns nil after Stop.
-func (e *EtcdServer) Serve(ln net.Listener) error {
+func (e *Server) Serve(ln net.Listener) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		ln.Close()
-		return errors.New("kv: etcd: Serve called after Stop")
+		return errors.New("etcdv3: Serve called after Stop")
 	}
 	e.addr = ln.Addr().String()
 	e.mu.Unlock()
-	e.s.log.Info("serving the etcd v3 API", "addr", e.addr, "tls", e.s.cfg.TLS != nil)
+	e.core.Logger().Info("serving the etcd v3 API", "addr", e.addr, "tls", e.core.Config().TLS != nil)
 	if err := e.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("kv: etcd: serve: %w", err)
+		return fmt.Errorf("etcdv3: serve: %w", err)
 	}
 	return nil
 }
 
 // Stop ends the watch and keepalive streams, lets unary calls finish until ctx is
 // done, then closes every connection.
-func (e *EtcdServer) Stop(ctx context.Context) {
+func (e *Server) Stop(ctx context.Context) {
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true
@@ -134,7 +116,7 @@ func (e *EtcdServer) Stop(ctx context.Context) {
 }
 
 // Addr is the address Serve listens on ("" before Serve).
-func (e *EtcdServer) Addr() string {
+func (e *Server) Addr() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.addr
@@ -149,36 +131,37 @@ var openMethods = map[string]bool{
 
 // admit runs every call's checks before its handler: the client certificate (when the
 // server requires one), the token (the "token" metadata, a keel ACL secret), and
-// etcd's require-leader metadata. It returns ctx carrying the token's authorizer.
-func (e *EtcdServer) admit(ctx context.Context, method string) (context.Context, error) {
+// etcd's require-leader metadata. It returns ctx carrying the token's Caller.
+func (e *Server) admit(ctx context.Context, method string) (context.Context, error) {
 	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
 		return ctx, nil
 	}
-	if e.s.cfg.RequireClientCert && !verifiedPeer(ctx) {
-		return nil, etcdError(fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA", ErrUnauthorized))
+	if e.core.Config().RequireClientCert && !verifiedPeer(ctx) {
+		return nil, etcdError(fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA", kv.ErrUnauthorized))
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	if hasLeaderMD(ctx) {
-		if err := e.s.leaderContact(); err != nil {
+		if err := e.core.LeaderContact(); err != nil {
 			return nil, etcdError(err)
 		}
 	}
 	if openMethods[method] {
 		return ctx, nil
 	}
-	az, err := e.s.authenticate(ctx, bearer(first(md, rpctypes.TokenFieldNameGRPC)))
+	c, err := e.core.Authenticate(ctx, first(md, rpctypes.TokenFieldNameGRPC))
 	if err != nil {
 		return nil, etcdError(err)
 	}
-	return context.WithValue(ctx, authzKey{}, az), nil
+	return context.WithValue(ctx, callerKey{}, c), nil
 }
 
-// bearer turns the token metadata into the Authorization header authenticate reads.
-func bearer(token string) string {
-	if token == "" {
-		return ""
-	}
-	return "Bearer " + token
+type callerKey struct{}
+
+// callerOf is the Caller admit found for ctx's call (the zero Caller, whose rights are
+// not checked, only for the open methods, which call no checked operation).
+func callerOf(ctx context.Context) kv.Caller {
+	c, _ := ctx.Value(callerKey{}).(kv.Caller)
+	return c
 }
 
 func first(md metadata.MD, key string) string {
@@ -199,18 +182,18 @@ func verifiedPeer(ctx context.Context) bool {
 	return ok && len(ti.State.VerifiedChains) > 0
 }
 
-func (e *EtcdServer) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo,
+func (e *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	handler grpc.UnaryHandler) (any, error) {
 	ctx, err := e.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	src := peerHost(ctx)
-	if !e.s.acquireRequest(src) {
-		return nil, etcdError(e.s.tooManyRequests())
+	release, err := e.core.AdmitRequest(peerHost(ctx))
+	if err != nil {
+		return nil, etcdError(err)
 	}
-	defer e.s.releaseRequest(src)
-	ctx, cancel := context.WithTimeout(ctx, e.s.cfg.RequestTimeout)
+	defer release()
+	ctx, cancel := e.core.RequestContext(ctx)
 	defer cancel()
 	resp, err := handler(ctx, req)
 	if err != nil {
@@ -219,7 +202,7 @@ func (e *EtcdServer) unaryInterceptor(ctx context.Context, req any, info *grpc.U
 	return resp, nil
 }
 
-// admittedStream carries the authorizer admit found into a stream's handler.
+// admittedStream carries the Caller admit found into a stream's handler.
 type admittedStream struct {
 	grpc.ServerStream
 	ctx context.Context
@@ -227,7 +210,7 @@ type admittedStream struct {
 
 func (s admittedStream) Context() context.Context { return s.ctx }
 
-func (e *EtcdServer) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
+func (e *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	handler grpc.StreamHandler) error {
 	ctx, err := e.admit(ss.Context(), info.FullMethod)
 	if err != nil {
@@ -249,40 +232,30 @@ func (e *EtcdServer) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc
 
 // header is the response header of an answer at revision rev. It is built for
 // every answer and every watch event, so it reads no member list.
-func (e *EtcdServer) header(rev int64) *pb.ResponseHeader {
+func (e *Server) header(rev int64) *pb.ResponseHeader {
 	return &pb.ResponseHeader{ClusterId: e.clusterID(), MemberId: e.selfID(), Revision: rev, RaftTerm: e.term()}
 }
 
 // term is the node's current Raft term.
-func (e *EtcdServer) term() uint64 {
-	if r, ok := e.s.store.(interface{ Raft() *hraft.Raft }); ok && r.Raft() != nil {
-		return r.Raft().CurrentTerm()
-	}
-	return e.s.store.Status().Term
-}
+func (e *Server) term() uint64 { return e.core.Term() }
 
 // selfID is this node's member ID, computed once.
-func (e *EtcdServer) selfID() uint64 {
+func (e *Server) selfID() uint64 {
 	if id := e.ids.self.Load(); id != 0 {
 		return id
 	}
-	id := memberID(e.s.store.Status().NodeID)
+	id := memberID(e.core.NodeStatus().NodeID)
 	e.ids.self.Store(id)
 	return id
 }
 
 // clusterID is the cluster's ID as etcd's 64-bit number (0 until the cluster metadata
 // is applied, or for a store that does not expose it); computed once known.
-func (e *EtcdServer) clusterID() uint64 {
+func (e *Server) clusterID() uint64 {
 	if id := e.ids.cluster.Load(); id != 0 {
 		return id
 	}
-	type metaStore interface{ Store() *fsm.Store }
-	ms, ok := e.s.store.(metaStore)
-	if !ok {
-		return 0
-	}
-	id, _, ok := ms.Store().ClusterMeta()
+	id, ok := e.core.ClusterID()
 	if !ok {
 		return 0
 	}
@@ -309,41 +282,11 @@ func hash64(s string) uint64 {
 }
 
 // urlScheme is the scheme of this door's URLs.
-func (e *EtcdServer) urlScheme() string {
-	if e.s.cfg.TLS != nil {
+func (e *Server) urlScheme() string {
+	if e.core.Config().TLS != nil {
 		return "https://"
 	}
 	return "http://"
-}
-
-// routeRight checks ctx's token against the access rule of an HTTP route pattern
-// whose rule needs no path value (an operator right, a lease right): the RPC does
-// what the route does, under the same rule. A pattern without a rule is refused
-// (fail closed, as an unregistered route is).
-func routeRight(ctx context.Context, pattern string) error {
-	az := authzOf(ctx)
-	if az == nil {
-		return nil
-	}
-	rule, ok := routeRules[pattern]
-	if !ok || rule.kind == ruleResourceRead || rule.kind == ruleResourceWrite {
-		return fmt.Errorf("%w: route %q has no access rule this API can apply", ErrForbidden, pattern)
-	}
-	return checkRule(rule, az, nil)
-}
-
-// authorizedStream returns the rights of a long-lived stream's token as they are now
-// (a deleted token is refused), in the ctx of one of its requests.
-func (e *EtcdServer) authorizedStream(ctx context.Context) (context.Context, error) {
-	az := authzOf(ctx)
-	if az == nil {
-		return ctx, nil
-	}
-	cur, err := e.s.current(az)
-	if err != nil {
-		return nil, err
-	}
-	return context.WithValue(ctx, authzKey{}, cur), nil
 }
 
 // hasLeaderMD reports whether the client asked for require-leader semantics.
@@ -356,7 +299,10 @@ func hasLeaderMD(ctx context.Context) bool {
 // per-client request bound.
 func peerHost(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return hostOf(p.Addr.String())
+		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			return host
+		}
+		return p.Addr.String()
 	}
 	return ""
 }

@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -27,7 +28,7 @@ func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	resp, err := e.txnAnswer(r, res.Succeeded, res.Responses)
 	if errors.Is(err, errRangeCut) {
 		return nil, fmt.Errorf("%w: the transaction is applied (revision %d), but a range of its answer %v (at most %d keys)",
-			ErrTooLarge, res.Revision, err, e.s.lim.maxListLimit)
+			kv.ErrTooLarge, res.Revision, err, e.core.Config().MaxListLimit)
 	}
 	if err != nil {
 		return nil, err
@@ -37,14 +38,12 @@ func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 }
 
 // etcdTxn translates a transaction at nesting depth (the outer one is 1), validating
-// every compare and op at every depth with the KV API's rules (limits.compare,
-// limits.op). The state machine checks the shared op budget of nested transactions.
-func (e *EtcdServer) etcdTxn(r *pb.TxnRequest, depth int) (*fsm.Txn, error) {
-	if depth > fsm.MaxTxnDepth {
-		return nil, fmt.Errorf("%w: transactions nested more than %d deep", fsm.ErrTooManyOps, fsm.MaxTxnDepth)
-	}
-	if name, n := overlongTxnList(len(r.Compare), len(r.Success), len(r.Failure)); name != "" {
-		return nil, fmt.Errorf("%w: %d %s entries, more than the maximum %d", fsm.ErrTooManyOps, n, name, fsm.MaxTxnOps)
+// every compare and op at every depth with the core's rules (CheckTxnSize,
+// CheckCompare, CheckOp). The state machine checks the shared op budget of nested
+// transactions.
+func (e *Server) etcdTxn(r *pb.TxnRequest, depth int) (*fsm.Txn, error) {
+	if err := e.core.CheckTxnSize(depth, len(r.Compare), len(r.Success), len(r.Failure)); err != nil {
+		return nil, err
 	}
 	txn := &fsm.Txn{}
 	for i, c := range r.Compare {
@@ -65,7 +64,7 @@ func (e *EtcdServer) etcdTxn(r *pb.TxnRequest, depth int) (*fsm.Txn, error) {
 }
 
 // txnOps translates one branch.
-func (e *EtcdServer) txnOps(reqs []*pb.RequestOp, branch string, depth int) ([]fsm.Op, error) {
+func (e *Server) txnOps(reqs []*pb.RequestOp, branch string, depth int) ([]fsm.Op, error) {
 	ops := make([]fsm.Op, 0, len(reqs))
 	for i, r := range reqs {
 		op, err := e.txnOp(r, depth)
@@ -78,7 +77,7 @@ func (e *EtcdServer) txnOps(reqs []*pb.RequestOp, branch string, depth int) ([]f
 }
 
 // txnOp translates one request op.
-func (e *EtcdServer) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
+func (e *Server) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
 	switch x := r.Request.(type) {
 	case *pb.RequestOp_RequestRange:
 		rr := x.RequestRange
@@ -97,12 +96,12 @@ func (e *EtcdServer) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
 		}
 		return fsm.Op{Type: fsm.OpTxn, Txn: txn}, nil
 	}
-	return fsm.Op{}, fmt.Errorf("%w: empty request op", ErrInvalidParam)
+	return fsm.Op{}, fmt.Errorf("%w: empty request op", kv.ErrInvalidParam)
 }
 
 // txnAnswer answers a transaction (nested or not) from the responses of the branch
 // that ran: one response per request op.
-func (e *EtcdServer) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse) (*pb.TxnResponse, error) {
+func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse) (*pb.TxnResponse, error) {
 	reqs := r.Success
 	if !succeeded {
 		reqs = r.Failure
@@ -122,7 +121,7 @@ func (e *EtcdServer) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpR
 }
 
 // txnResponse answers one request op from its op's response.
-func (e *EtcdServer) txnResponse(req *pb.RequestOp, r fsm.OpResponse) (*pb.ResponseOp, error) {
+func (e *Server) txnResponse(req *pb.RequestOp, r fsm.OpResponse) (*pb.ResponseOp, error) {
 	switch x := req.Request.(type) {
 	case *pb.RequestOp_RequestRange:
 		rr, err := e.shapeRange(x.RequestRange, r.KVs, r.More)
@@ -183,20 +182,20 @@ var (
 	}
 )
 
-// etcdCompare translates one guard, validated by limits.compare. range_end compares
+// etcdCompare translates one guard, validated by the core's CheckCompare. range_end compares
 // every key of the range (fsm.Compare.End): "\x00" every key from key on, an end at
 // or before key an empty range, as in etcd.
-func (e *EtcdServer) etcdCompare(c *pb.Compare) (fsm.Compare, error) {
+func (e *Server) etcdCompare(c *pb.Compare) (fsm.Compare, error) {
 	if len(c.Key) == 0 {
 		return fsm.Compare{}, errEtcdEmptyKey
 	}
 	target, ok := etcdCompareTargets[c.Target]
 	if !ok {
-		return fsm.Compare{}, fmt.Errorf("%w: unknown compare target %v", ErrInvalidParam, c.Target)
+		return fsm.Compare{}, fmt.Errorf("%w: unknown compare target %v", kv.ErrInvalidParam, c.Target)
 	}
 	result, ok := etcdCompareResults[c.Result]
 	if !ok {
-		return fsm.Compare{}, fmt.Errorf("%w: unknown compare result %v", ErrInvalidParam, c.Result)
+		return fsm.Compare{}, fmt.Errorf("%w: unknown compare result %v", kv.ErrInvalidParam, c.Result)
 	}
 	ac := api.Compare{Key: string(c.Key), Target: target, Result: result}
 	switch c.Target {
@@ -214,24 +213,19 @@ func (e *EtcdServer) etcdCompare(c *pb.Compare) (fsm.Compare, error) {
 			ac.Value = []byte{}
 		}
 	}
-	fc, err := e.s.lim.compare(ac)
+	var end []byte
+	if len(c.RangeEnd) > 0 {
+		end = c.RangeEnd
+		if string(end) == "\x00" {
+			end = []byte(etcdKeyspaceEnd)
+		}
+	}
+	fc, err := e.core.CheckCompare(ac, end)
 	if err != nil {
 		return fsm.Compare{}, err
 	}
 	if c.Target == pb.Compare_LEASE {
 		fc.Target = fsm.TargetLease
-	}
-	switch {
-	case len(c.RangeEnd) > e.s.lim.maxKeyBytes:
-		return fsm.Compare{}, fmt.Errorf("%w: range_end longer than %d bytes", ErrInvalidKey, e.s.lim.maxKeyBytes)
-	case string(c.RangeEnd) == "\x00":
-		fc.End = []byte(etcdKeyspaceEnd)
-	case len(c.RangeEnd) > 0:
-		fc.End = c.RangeEnd
-	}
-	if fc.End != nil && e.s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: fc.Key, End: fc.End}) != nil {
-		// keys this door hides would take part in the compare
-		return fsm.Compare{}, fmt.Errorf("%w: a compare over a range overlapping keys keel reserves", ErrReservedPrefix)
 	}
 	return fc, nil
 }

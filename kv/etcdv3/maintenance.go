@@ -1,4 +1,4 @@
-package kv
+package etcdv3
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
-	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -17,31 +15,27 @@ import (
 // MemberUpdate and MemberPromote answer Unimplemented.
 type etcdCluster struct {
 	pb.UnimplementedClusterServer
-	e *EtcdServer
+	e *Server
 }
 
-// EtcdURLKey is the record of a node's etcd client URL, written by the node when it
+// URLKey is the record of a node's etcd client URL, written by the node when it
 // serves the etcd API (keel's own record: invisible through the KV APIs).
-func EtcdURLKey(nodeID string) string { return versions.SystemPrefix + "etcd/members/" + nodeID }
+func URLKey(nodeID string) string { return versions.SystemPrefix + "etcd/members/" + nodeID }
 
 // MemberList lists the Raft members; needs the members right (GET
 // /v1/agent/members's rule). A member's client URL is the one its record
-// (EtcdURLKey) holds: empty for a node that serves no etcd API, or has not written it
+// (URLKey) holds: empty for a node that serves no etcd API, or has not written it
 // yet (this node's own is then its listener's).
 func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	if err := routeRight(ctx, "GET "+api.PathAgentMembers); err != nil {
-		return nil, err
-	}
-	v, err := c.e.s.viewAt(ctx, fsm.Linearizable, 0)
+	st, v, err := c.e.core.Members(ctx, callerOf(ctx))
 	if err != nil {
 		return nil, err
 	}
-	st := c.e.s.store.Status()
 	resp := &pb.MemberListResponse{Header: c.e.header(v.Revision())}
 	for _, m := range st.Members {
 		pm := &pb.Member{ID: memberID(m.ID), Name: m.ID, PeerURLs: []string{"http://" + m.Address},
 			IsLearner: m.Suffrage.String() != "Voter"}
-		if kv, err := v.Get([]byte(EtcdURLKey(m.ID)), 0); err == nil && len(kv.Value) > 0 {
+		if kv, err := v.Get([]byte(URLKey(m.ID)), 0); err == nil && len(kv.Value) > 0 {
 			pm.ClientURLs = []string{string(kv.Value)}
 		} else if m.ID == st.NodeID {
 			pm.ClientURLs = []string{c.e.urlScheme() + c.e.Addr()}
@@ -56,14 +50,14 @@ func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*
 // and Downgrade answer Unimplemented: keel's own operator routes do those.
 type etcdMaintenance struct {
 	pb.UnimplementedMaintenanceServer
-	e *EtcdServer
+	e *Server
 }
 
-// Status answers without a token, as GET /v1/status does. Version is EtcdVersion;
+// Status answers without a token, as GET /v1/status does. Version is Version;
 // the database sizes are not measured (0).
 func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	st := m.e.s.store.Status()
-	resp := &pb.StatusResponse{Header: m.e.header(m.e.revision(ctx)), Version: EtcdVersion, StorageVersion: EtcdVersion,
+	st := m.e.core.NodeStatus()
+	resp := &pb.StatusResponse{Header: m.e.header(m.e.revision(ctx)), Version: Version, StorageVersion: Version,
 		Leader: memberID(st.LeaderID), RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex}
 	for _, mb := range st.Members {
 		if mb.ID == st.NodeID {
@@ -94,10 +88,7 @@ func (m etcdMaintenance) Defragment(ctx context.Context, _ *pb.DefragmentRequest
 // revision 0 or the latest one is served. Nodes at the same revision
 // answer the same hash.
 func (m etcdMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	if err := routeRight(ctx, "GET "+api.PathAgentSnapshot); err != nil {
-		return nil, err
-	}
-	v, err := m.e.s.store.View(ctx, fsm.Serializable)
+	v, err := m.e.core.StateView(ctx, callerOf(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -121,22 +112,22 @@ func (m etcdMaintenance) Snapshot(*pb.SnapshotRequest, grpc.ServerStreamingServe
 // are keel's (keel acl ...).
 type etcdAuth struct {
 	pb.UnimplementedAuthServer
-	e *EtcdServer
+	e *Server
 }
 
-// EtcdAuthUser is the one user name Authenticate accepts.
-const EtcdAuthUser = "keel"
+// AuthUser is the one user name Authenticate accepts.
+const AuthUser = "keel"
 
 // Authenticate checks the password as a keel token.
 func (a etcdAuth) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
-	if r.Name != EtcdAuthUser || r.Password == "" {
-		return nil, fmt.Errorf("%w: user %q: the user is %q, the password a keel ACL token", errEtcdAuthFailed, r.Name, EtcdAuthUser)
+	if r.Name != AuthUser || r.Password == "" {
+		return nil, fmt.Errorf("%w: user %q: the user is %q, the password a keel ACL token", errEtcdAuthFailed, r.Name, AuthUser)
 	}
-	az, err := a.e.s.authenticate(ctx, bearer(r.Password))
+	c, err := a.e.core.Authenticate(ctx, r.Password)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%w: %v", errEtcdAuthFailed, err)
-	case az == nil:
+	case !c.Enforced():
 		return nil, errEtcdAuthNotEnabled
 	}
 	return &pb.AuthenticateResponse{Header: a.e.header(a.e.revision(ctx)), Token: r.Password}, nil
@@ -144,9 +135,9 @@ func (a etcdAuth) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (
 
 // AuthStatus says whether ACLs are enforced.
 func (a etcdAuth) AuthStatus(ctx context.Context, _ *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
-	st, err := a.e.s.aclStateNow(ctx)
+	enabled, err := a.e.core.ACLsEnabled(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.AuthStatusResponse{Header: a.e.header(a.e.revision(ctx)), Enabled: st.bootstrapped}, nil
+	return &pb.AuthStatusResponse{Header: a.e.header(a.e.revision(ctx)), Enabled: enabled}, nil
 }

@@ -1,8 +1,7 @@
-package kv
+package etcdv3
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -11,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -27,22 +26,22 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 	}{
 		{fsm.ErrCompacted, rpctypes.ErrGRPCCompacted},
 		{fsm.ErrFutureRevision, rpctypes.ErrGRPCFutureRev},
-		{fmt.Errorf("%w: 129 success entries: %w", ErrInvalidBody, fsm.ErrTooManyOps), rpctypes.ErrGRPCTooManyOps},
+		{fmt.Errorf("%w: 129 success entries: %w", kv.ErrInvalidBody, fsm.ErrTooManyOps), rpctypes.ErrGRPCTooManyOps},
 		{fsm.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
 		{fsm.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
-		{fmt.Errorf("lease grant: %w: lease 7: %w", ErrConflict, fsm.ErrLeaseExists), rpctypes.ErrGRPCLeaseExist},
+		{fmt.Errorf("lease grant: %w: lease 7: %w", kv.ErrConflict, fsm.ErrLeaseExists), rpctypes.ErrGRPCLeaseExist},
 		{errEtcdEmptyKey, rpctypes.ErrGRPCEmptyKey},
 		{fsm.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 		{errEtcdValueProvided, rpctypes.ErrGRPCValueProvided},
 		{errEtcdLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
-		{ErrTooLarge, rpctypes.ErrGRPCRequestTooLarge},
-		{ErrUnauthorized, rpctypes.ErrGRPCInvalidAuthToken},
+		{kv.ErrTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+		{kv.ErrUnauthorized, rpctypes.ErrGRPCInvalidAuthToken},
 		{errEtcdAuthFailed, rpctypes.ErrGRPCAuthFailed},
 		{errEtcdAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
-		{ErrForbidden, rpctypes.ErrGRPCPermissionDenied},
-		{ErrReservedPrefix, rpctypes.ErrGRPCPermissionDenied},
-		{ErrTooManyWatches, rpctypes.ErrGRPCRequestTooManyRequests},
-		{ErrTooManyRequests, rpctypes.ErrGRPCRequestTooManyRequests},
+		{kv.ErrForbidden, rpctypes.ErrGRPCPermissionDenied},
+		{kv.ErrReservedPrefix, rpctypes.ErrGRPCPermissionDenied},
+		{kv.ErrTooManyWatches, rpctypes.ErrGRPCRequestTooManyRequests},
+		{kv.ErrTooManyRequests, rpctypes.ErrGRPCRequestTooManyRequests},
 		{raft.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 		{raft.ErrNotLeader, rpctypes.ErrGRPCLeaderChanged},
 		{raft.ErrShutdown, rpctypes.ErrGRPCStopped},
@@ -61,10 +60,10 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 		code codes.Code
 	}{
 		{etcdUnsupported("a range at a revision inside a transaction"), codes.InvalidArgument},
-		{ErrInvalidKey, codes.InvalidArgument},
-		{ErrInvalidParam, codes.InvalidArgument},
-		{ErrConflict, codes.FailedPrecondition},
-		{ErrNotReady, codes.Unavailable},
+		{kv.ErrInvalidKey, codes.InvalidArgument},
+		{kv.ErrInvalidParam, codes.InvalidArgument},
+		{kv.ErrConflict, codes.FailedPrecondition},
+		{kv.ErrNotReady, codes.Unavailable},
 	} {
 		got := status.Convert(etcdError(wrap(c.err)))
 		if got.Code() != c.code || got.Message() != "etcdserver: "+wrap(c.err).Error() {
@@ -73,30 +72,5 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 	}
 	if etcdError(nil) != nil {
 		t.Error("etcdError(nil) is not nil")
-	}
-}
-
-// The etcd RPCs that do what an HTTP route does take that route's rule; a pattern
-// without a rule is refused, never let through (kills: a missing rule read as the
-// zero rule, which checks nothing).
-func TestRouteRightFailsClosed(t *testing.T) {
-	none := context.WithValue(context.Background(), authzKey{}, &authorizer{operator: map[string]bool{}})
-	compact := context.WithValue(context.Background(), authzKey{}, &authorizer{operator: map[string]bool{api.RightCompact: true}})
-	for _, c := range []struct {
-		ctx     context.Context
-		pattern string
-		ok      bool
-	}{
-		{context.Background(), "POST " + api.PathCompact, true}, // ACLs not enforced
-		{none, "POST " + api.PathCompact, false},
-		{compact, "POST " + api.PathCompact, true},
-		{compact, "GET " + api.PathAgentSnapshot, false},
-		{compact, "POST /v1/no-such-route", false},
-		{compact, "GET " + PathAPIs + "/{group}/{version}/{resource}", false},
-	} {
-		err := routeRight(c.ctx, c.pattern)
-		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrForbidden)) {
-			t.Errorf("%s: %v, want allowed %v", c.pattern, err, c.ok)
-		}
 	}
 }

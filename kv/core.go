@@ -1,0 +1,161 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/raft"
+)
+
+// The service core: the operations keel offers, as Go methods that take the caller's
+// identity (a Caller) and return typed results and typed errors (the Err* sentinels of
+// errors.go, fsm's and raft's). A door in a package of its own (kv/etcdv3) decodes its
+// protocol, calls these methods and encodes their answers; it states no right, limit,
+// reserved prefix or validation of its own. This file holds identity, admission and the
+// node's status; core_kv.go the reads, writes, leases and watches.
+
+// Caller is who a request runs for: the rights of its token as the core resolved them
+// (Authenticate), and the address it came from (for per-client bounds). The zero
+// Caller is one whose rights are not checked: a server whose ACLs are not enforced.
+type Caller struct {
+	az *authorizer // nil: ACLs not enforced
+}
+
+// Enforced reports whether the caller's rights are checked (ACLs are enforced).
+func (c Caller) Enforced() bool { return c.az != nil }
+
+// context returns ctx carrying c's rights, where the core's checks read them.
+func (c Caller) context(ctx context.Context) context.Context {
+	if c.az == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, authzKey{}, c.az)
+}
+
+// Authenticate resolves a token's secret ("" for none) into a Caller: the zero Caller
+// when ACLs are not enforced, the token's rights, or ErrUnauthorized. Errors never hold
+// the secret.
+func (s *Server) Authenticate(ctx context.Context, secret string) (Caller, error) {
+	header := ""
+	if secret != "" {
+		header = "Bearer " + secret
+	}
+	az, err := s.authenticate(ctx, header)
+	if err != nil {
+		return Caller{}, err
+	}
+	return Caller{az: az}, nil
+}
+
+// Refresh returns c with the rights its token holds now: a long-lived stream
+// authenticates once but is checked against every policy change. A token deleted or
+// expired since is ErrUnauthorized.
+func (s *Server) Refresh(c Caller) (Caller, error) {
+	az, err := s.current(c.az)
+	if err != nil {
+		return Caller{}, err
+	}
+	return Caller{az: az}, nil
+}
+
+// ACLsEnabled reports whether the cluster's ACL system is bootstrapped.
+func (s *Server) ACLsEnabled(ctx context.Context) (bool, error) {
+	st, err := s.aclStateNow(ctx)
+	if err != nil {
+		return false, err
+	}
+	return st.bootstrapped, nil
+}
+
+// AdmitRequest takes a slot for one request in flight from the client address src ("",
+// unknown): the node's and the per-client bound every door shares. It returns the
+// function that gives the slot back, or ErrTooManyRequests.
+func (s *Server) AdmitRequest(src string) (release func(), err error) {
+	if !s.acquireRequest(src) {
+		return nil, s.tooManyRequests()
+	}
+	return func() { s.releaseRequest(src) }, nil
+}
+
+// Config is the configuration the server was made with (limits, TLS, timeouts).
+func (s *Server) Config() Config { return s.cfg }
+
+// Logger is the server's logger.
+func (s *Server) Logger() hclog.Logger { return s.log }
+
+// LeaderContact is nil while the node has leader contact, and says why not otherwise
+// (raft.ErrNoLeader): the check of a request that asks for require-leader semantics.
+func (s *Server) LeaderContact() error { return s.leaderContact() }
+
+// LeaderLost is live while the node has leader contact and is cancelled, with a
+// raft.ErrNoLeader cause, once it loses it; nil for a store that cannot lose it.
+func (s *Server) LeaderLost() context.Context { return s.contactContext() }
+
+// Stopping is closed once the server shuts down: long-lived streams end then.
+func (s *Server) Stopping() <-chan struct{} { return s.watchStop }
+
+// NodeStatus reports the node's Raft state without blocking.
+func (s *Server) NodeStatus() raft.Status { return s.store.Status() }
+
+// Term is the node's current Raft term.
+func (s *Server) Term() uint64 {
+	if r, ok := s.store.(interface{ Raft() *hraft.Raft }); ok && r.Raft() != nil {
+		return r.Raft().CurrentTerm()
+	}
+	return s.store.Status().Term
+}
+
+// ClusterID is the cluster's ID, once the cluster metadata is applied (false before,
+// or for a store that does not expose it).
+func (s *Server) ClusterID() (string, bool) {
+	ms, ok := s.store.(interface{ Store() *fsm.Store })
+	if !ok {
+		return "", false
+	}
+	id, _, ok := ms.Store().ClusterMeta()
+	return id, ok
+}
+
+// Revisions are the node's applied revision and compact revision (a serializable
+// view: no round trip), for answers that read nothing else.
+func (s *Server) Revisions(ctx context.Context) (rev, compact int64, err error) {
+	v, err := s.store.View(ctx, fsm.Serializable)
+	if err != nil {
+		return 0, 0, err
+	}
+	return v.Revision(), v.CompactRevision(), nil
+}
+
+// Hidden reports whether key is one a plain keyspace leaves out: keel's own records
+// and the keys of typed resources (reserved.go), which the KV API may not write.
+func (s *Server) Hidden(key []byte) bool { return s.reservedKey(key) }
+
+// RequestContext bounds the store work of one request by the configured
+// RequestTimeout.
+func (s *Server) RequestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
+}
+
+// errNoRule is a route pattern without a rule a door-neutral call can apply.
+func errNoRule(pattern string) error {
+	return fmt.Errorf("%w: route %q has no access rule this API can apply", ErrForbidden, pattern)
+}
+
+// routeRight checks az against the access rule of an HTTP route pattern whose rule
+// needs no path value (an operator right, a lease right): a core operation that does
+// what the route does takes the same rule. A pattern without a rule is refused (fail
+// closed, as an unregistered route is).
+func routeRight(az *authorizer, pattern string) error {
+	if az == nil {
+		return nil
+	}
+	rule, ok := routeRules[pattern]
+	if !ok || rule.kind == ruleResourceRead || rule.kind == ruleResourceWrite {
+		return errNoRule(pattern)
+	}
+	return checkRule(rule, az, nil)
+}

@@ -1,0 +1,256 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/raft"
+)
+
+// The core's reads, writes, leases and watches (see core.go). Each method checks the
+// caller's rights, the limits and the reserved prefixes itself; the door only
+// translates its protocol's request into the arguments and the answer back.
+
+// CheckOp validates one operation with the KV API's rules (key length and UTF-8,
+// value size, lease ID, range end, ranged-get limit) and returns it as a state machine
+// op. Every door translates its ops through it before Txn.
+func (s *Server) CheckOp(o api.Op) (fsm.Op, error) { return s.lim.op(o) }
+
+// CheckCompare validates one guard with the KV API's rules. end, when set, makes the
+// guard compare every key of [key, end) (fsm.Compare.End): it is bounded like a key,
+// and may not overlap the keys keel reserves (reserved.go), which would take part in
+// the compare unseen.
+func (s *Server) CheckCompare(c api.Compare, end []byte) (fsm.Compare, error) {
+	fc, err := s.lim.compare(c)
+	if err != nil {
+		return fsm.Compare{}, err
+	}
+	if end == nil {
+		return fc, nil
+	}
+	if len(end) > s.lim.maxKeyBytes {
+		return fsm.Compare{}, fmt.Errorf("%w: range_end longer than %d bytes", ErrInvalidKey, s.lim.maxKeyBytes)
+	}
+	fc.End = end
+	if s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: fc.Key, End: fc.End}) != nil {
+		return fsm.Compare{}, fmt.Errorf("%w: a compare over a range overlapping keys keel reserves", ErrReservedPrefix)
+	}
+	return fc, nil
+}
+
+// CheckTxnSize refuses (fsm.ErrTooManyOps) a transaction nested depth deep (the outer
+// one is 1) beyond fsm.MaxTxnDepth, or with a list longer than fsm.MaxTxnOps.
+func (s *Server) CheckTxnSize(depth, compares, success, failure int) error {
+	if depth > fsm.MaxTxnDepth {
+		return fmt.Errorf("%w: transactions nested more than %d deep", fsm.ErrTooManyOps, fsm.MaxTxnDepth)
+	}
+	if name, n := overlongTxnList(compares, success, failure); name != "" {
+		return fmt.Errorf("%w: %d %s entries, more than the maximum %d", fsm.ErrTooManyOps, n, name, fsm.MaxTxnOps)
+	}
+	return nil
+}
+
+// TxnOptions are the rules a door asks of Txn beyond keel's own.
+type TxnOptions struct {
+	// EtcdDuplicates refuses, as etcd does, a put inside a range another op of the
+	// same branch deletes (fsm.CheckDuplicateKeysEtcd); keel's own duplicate-key rule
+	// (fsm.CheckDuplicateKeys) always applies.
+	EtcdDuplicates bool
+}
+
+// Txn applies a transaction whose ops and compares the door validated (CheckOp,
+// CheckCompare, CheckTxnSize): the caller's rights on every key it touches, the
+// reserved prefixes and the duplicate-key rules are checked here, on the node that
+// takes it and again on the leader a follower forwards it to.
+func (s *Server) Txn(ctx context.Context, c Caller, txn *fsm.Txn, opts TxnOptions) (*fsm.Result, error) {
+	if opts.EtcdDuplicates {
+		if err := fsm.CheckDuplicateKeysEtcd(txn); err != nil {
+			return nil, err
+		}
+	}
+	return s.applyTxn(c.context(ctx), txn)
+}
+
+// RangeRequest reads one key (End nil) or the keys of [Key, End).
+type RangeRequest struct {
+	Key, End     []byte
+	Revision     int64 // 0: the latest
+	Serializable bool  // the local state, without a round trip to the leader
+}
+
+// RangeResult is what a range read: its keys in key order, and the revision of the
+// state it read them from (the store's revision then, not the read's).
+type RangeResult struct {
+	KVs      []fsm.KeyValue
+	Revision int64
+}
+
+// Range reads r for c: the range is validated as a ranged get (CheckOp) and c needs
+// the read right on all of it.
+func (s *Server) Range(ctx context.Context, c Caller, r RangeRequest) (RangeResult, error) {
+	op, err := s.lim.op(api.Op{Type: api.OpGet, Key: string(r.Key), End: string(r.End)})
+	if err != nil {
+		return RangeResult{}, err
+	}
+	if err := checkTxnAccess(c.az, &fsm.Txn{Success: []fsm.Op{op}}); err != nil {
+		return RangeResult{}, err
+	}
+	cons := fsm.Linearizable
+	if r.Serializable {
+		cons = fsm.Serializable
+	}
+	view, err := s.viewAt(ctx, cons, r.Revision)
+	if err != nil {
+		return RangeResult{}, err
+	}
+	rev := r.Revision
+	if rev <= 0 {
+		rev = view.Revision()
+	}
+	res := RangeResult{Revision: view.Revision()}
+	if op.End != nil {
+		if res.KVs, _, err = view.Range(op.Key, op.End, rev, 0); err != nil {
+			return RangeResult{}, revisionError(view, rev, err)
+		}
+		return res, nil
+	}
+	kv, err := view.Get(op.Key, rev)
+	if err == nil {
+		res.KVs = []fsm.KeyValue{kv}
+	} else if !errors.Is(err, fsm.ErrKeyNotFound) {
+		return RangeResult{}, revisionError(view, rev, err)
+	}
+	return res, nil
+}
+
+// Compact compacts history up to rev, for a caller with the compact right (POST
+// /v1/compact's rule).
+func (s *Server) Compact(ctx context.Context, c Caller, rev int64) (*fsm.Result, error) {
+	if err := routeRight(c.az, "POST "+api.PathCompact); err != nil {
+		return nil, err
+	}
+	return s.compact(ctx, rev)
+}
+
+// Members returns the node's Raft state (its members) and a linearizable view to read
+// their records from, for a caller with the members right (GET /v1/agent/members's
+// rule).
+func (s *Server) Members(ctx context.Context, c Caller) (raft.Status, *fsm.View, error) {
+	if err := routeRight(c.az, "GET "+api.PathAgentMembers); err != nil {
+		return raft.Status{}, nil, err
+	}
+	v, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	if err != nil {
+		return raft.Status{}, nil, err
+	}
+	return s.store.Status(), v, nil
+}
+
+// StateView returns a view of the node's whole state (serializable), for a caller
+// with the snapshot right (GET /v1/agent/snapshot's rule): what a snapshot or a hash
+// of the state reads.
+func (s *Server) StateView(ctx context.Context, c Caller) (*fsm.View, error) {
+	if err := routeRight(c.az, "GET "+api.PathAgentSnapshot); err != nil {
+		return nil, err
+	}
+	return s.store.View(ctx, fsm.Serializable)
+}
+
+// LeaseGrant grants lease id (0: a new random ID) for ttl seconds and returns its ID.
+// TTLs outside [api.MinLeaseTTL, api.MaxLeaseTTL] are refused; c needs a write right
+// on some key prefix, and the per-token lease bound applies.
+func (s *Server) LeaseGrant(ctx context.Context, c Caller, id, ttl int64) (int64, error) {
+	return s.grantLease(c.context(ctx), id, ttl)
+}
+
+// LeaseRevoke revokes lease id and deletes its keys at one revision; c needs the
+// write right on each of its keys.
+func (s *Server) LeaseRevoke(ctx context.Context, c Caller, id int64) (api.LeaseRevokeResponse, error) {
+	return s.revokeLease(c.context(ctx), id)
+}
+
+// LeaseKeepAlive renews lease id at the leader and returns the time it has left
+// (fsm.ErrLeaseNotFound when it does not exist).
+func (s *Server) LeaseKeepAlive(ctx context.Context, c Caller, id int64) (time.Duration, error) {
+	return s.keepAliveLease(c.context(ctx), id)
+}
+
+// LeaseTimeToLive returns lease id with its keys and time left, to a caller that may
+// read every key attached (fsm.ErrLeaseNotFound when it does not exist).
+func (s *Server) LeaseTimeToLive(ctx context.Context, c Caller, id int64) (api.LeaseResponse, error) {
+	return s.leaseTimeToLive(c.context(ctx), id)
+}
+
+// Leases lists the leases c could look up (LeaseTimeToLive).
+func (s *Server) Leases(ctx context.Context, c Caller, cons fsm.Consistency) (api.LeaseListResponse, error) {
+	return s.listLeases(c.context(ctx), cons)
+}
+
+// WatchRequest is a watch of one key (End nil) or of the keys of [Key, End).
+type WatchRequest struct {
+	Key, End      []byte
+	StartRevision int64  // 0: after the node's revision
+	PrevKV        bool   // events carry the key's previous value
+	Notify        func() // called (without blocking) when the watch may have events
+}
+
+// Watch is an open watch. Its events are the watcher's; before sending each batch the
+// door asks RightsLost, and drops the events of keys Allowed refuses.
+type Watch struct {
+	*fsm.Watcher
+	// Revision is the node's revision when the watch started.
+	Revision int64
+	allow    func([]byte) bool
+	revoked  func() error
+	done     func()
+}
+
+// Allowed reports whether the watch's caller may read key now (policies change while
+// a watch runs).
+func (w *Watch) Allowed(key []byte) bool { return w.allow == nil || w.allow(key) }
+
+// RightsLost is ErrUnauthorized once the watch's token is deleted or expired: the
+// watch must end.
+func (w *Watch) RightsLost() error {
+	if w.revoked == nil {
+		return nil
+	}
+	return w.revoked()
+}
+
+// Close ends the watch and gives back its slot.
+func (w *Watch) Close() { w.done() }
+
+// Watch opens a watch for c (with its rights as they are now): the range is validated
+// as a ranged get's, c must be able to read some of it, and the per-token and node
+// watch bounds apply. It starts from the local state (serializable).
+func (s *Server) Watch(ctx context.Context, c Caller, r WatchRequest) (*Watch, error) {
+	c, err := s.Refresh(c)
+	if err != nil {
+		return nil, err
+	}
+	op, err := s.lim.op(api.Op{Type: api.OpGet, Key: string(r.Key), End: string(r.End)})
+	if err != nil {
+		return nil, err
+	}
+	q, err := s.newWatchReq(string(op.Key), false, r.StartRevision, r.PrevKV, 0, fsm.Serializable)
+	if err != nil {
+		return nil, err
+	}
+	q.opts.End = op.End
+	ctx = c.context(ctx)
+	if err := s.checkWatchStart(ctx, q); err != nil {
+		return nil, err
+	}
+	q.opts.Notify = r.Notify
+	allow, revoked := s.watchRights(ctx)
+	watcher, rev, done, err := s.openWatch(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &Watch{Watcher: watcher, Revision: rev, allow: allow, revoked: revoked, done: done}, nil
+}
