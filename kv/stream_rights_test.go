@@ -1,4 +1,4 @@
-package kv
+package kv_test
 
 import (
 	"bufio"
@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/kv/api"
+	rt "github.com/keel-kv/keel/kv/internal/rightstest"
 )
 
 // streamDoor carries the rights table's cases over the stream protocol: one
 // connection per token, opened (upgraded with the token) at its first use.
 type streamDoor struct {
-	f     *rightsFixture
+	f     *rt.Fixture
 	conns map[string]*rightsStream
 	id    uint64
 }
@@ -25,18 +26,18 @@ type rightsStream struct {
 	br   *bufio.Reader
 }
 
-func newStreamDoor(f *rightsFixture) *streamDoor {
+func newStreamDoor(f *rt.Fixture) *streamDoor {
 	return &streamDoor{f: f, conns: map[string]*rightsStream{}}
 }
 
 // open upgrades a connection with secret ("" = no token). A refused upgrade is
 // answered as the door's answer to every operation on it.
-func (d *streamDoor) open(t *testing.T, secret string) (*rightsStream, doorAnswer) {
+func (d *streamDoor) open(t *testing.T, secret string) (*rightsStream, rt.Answer) {
 	t.Helper()
 	if c := d.conns[secret]; c != nil {
-		return c, doorAnswer{}
+		return c, rt.Answer{}
 	}
-	conn, err := net.Dial("tcp", d.f.addr)
+	conn, err := net.Dial("tcp", d.f.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,51 +58,51 @@ func (d *streamDoor) open(t *testing.T, secret string) (*rightsStream, doorAnswe
 		defer conn.Close()
 		var e api.Error
 		json.NewDecoder(resp.Body).Decode(&e)
-		return nil, doorAnswer{code: resp.StatusCode, reason: e.Reason, msg: e.Message}
+		return nil, rt.Answer{Code: resp.StatusCode, Reason: e.Reason, Msg: e.Message}
 	}
 	c := &rightsStream{conn: conn, br: br}
 	d.conns[secret] = c
-	return c, doorAnswer{}
+	return c, rt.Answer{}
 }
 
 // request is the stream request that carries op.
-func (d *streamDoor) request(t *testing.T, op doorOp) api.StreamRequest {
+func (d *streamDoor) request(t *testing.T, op rt.Op) api.StreamRequest {
 	t.Helper()
 	d.id++
-	r := api.StreamRequest{ID: d.id, Key: []byte(op.key)}
-	switch op.kind {
-	case opGet:
-		r.Op, r.Serializable, r.Revision = api.StreamGet, op.serializable, op.revision
-	case opRange: // the stream ranges in a transaction
+	r := api.StreamRequest{ID: d.id, Key: []byte(op.Key)}
+	switch op.Kind {
+	case rt.Get:
+		r.Op, r.Serializable, r.Revision = api.StreamGet, op.Serializable, op.Revision
+	case rt.Range: // the stream ranges in a transaction
 		r.Op, r.Key = api.StreamTxn, nil
-		r.Value = mustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: op.key, Prefix: true}}})
-	case opPut:
+		r.Value = rt.MustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: op.Key, Prefix: true}}})
+	case rt.Put:
 		r.Op, r.Value = api.StreamPut, []byte("v")
-		if op.lease {
-			r.HasLease, r.LeaseID = true, d.f.lease
+		if op.Lease {
+			r.HasLease, r.LeaseID = true, d.f.Lease
 		}
-	case opDelete:
+	case rt.Delete:
 		r.Op = api.StreamDelete
-	case opDeleteRange:
+	case rt.DeleteRange:
 		r.Op, r.Key = api.StreamTxn, nil
-		r.Value = mustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpDeleteRange, Key: op.key, Prefix: true}}})
-	case opWatch:
-		r.Op, r.Prefix = api.StreamWatch, op.prefix
-	case opTxn:
-		r.Op, r.Key, r.Value = api.StreamTxn, nil, mustJSON(op.txn)
-	case opLeaseGrant:
+		r.Value = rt.MustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpDeleteRange, Key: op.Key, Prefix: true}}})
+	case rt.Watch:
+		r.Op, r.Prefix = api.StreamWatch, op.Prefix
+	case rt.Txn:
+		r.Op, r.Key, r.Value = api.StreamTxn, nil, rt.MustJSON(op.Txn)
+	case rt.LeaseGrant:
 		r.Op, r.TTL = api.StreamLeaseGrant, 600*time.Second
-	case opLeaseKeepAlive:
-		r.Op, r.LeaseID = api.StreamLeaseKeepAlive, d.f.lease
-	case opLeaseRevoke:
-		r.Op, r.LeaseID = api.StreamLeaseRevoke, d.f.lease
+	case rt.LeaseKeepAlive:
+		r.Op, r.LeaseID = api.StreamLeaseKeepAlive, d.f.Lease
+	case rt.LeaseRevoke:
+		r.Op, r.LeaseID = api.StreamLeaseRevoke, d.f.Lease
 	default:
-		t.Fatalf("stream door: op %d unknown", op.kind)
+		t.Fatalf("stream door: op %d unknown", op.Kind)
 	}
 	return r
 }
 
-func (d *streamDoor) do(t *testing.T, secret string, op doorOp) doorAnswer {
+func (d *streamDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	t.Helper()
 	c, refused := d.open(t, secret)
 	if c == nil {
@@ -113,21 +114,21 @@ func (d *streamDoor) do(t *testing.T, secret string, op doorOp) doorAnswer {
 	}
 	// Skip the frames of earlier watches on this connection (events, ends).
 	for range 1000 {
-		r := readResponse(t, c.br)
+		r := readStreamResponse(t, c.br)
 		if r.ID != req.ID {
 			continue
 		}
 		if r.Err != nil {
-			return doorAnswer{code: r.Err.Code, reason: r.Err.Reason, msg: r.Err.Message}
+			return rt.Answer{Code: r.Err.Code, Reason: r.Err.Reason, Msg: r.Err.Message}
 		}
 		if req.Op == api.StreamWatch {
 			cancel := api.StreamRequest{ID: req.ID, Op: api.StreamWatchCancel}
 			c.conn.Write(api.AppendStreamRequest(nil, &cancel))
 		}
-		return doorAnswer{}
+		return rt.Answer{}
 	}
 	t.Fatalf("stream: no answer to request %d among 1000 frames", req.ID)
-	return doorAnswer{}
+	return rt.Answer{}
 }
 
 // TestStreamRightsTable: every stream op — get, put (with a lease too), delete,
@@ -136,14 +137,28 @@ func (d *streamDoor) do(t *testing.T, secret string, op doorOp) doorAnswer {
 // token is refused at the upgrade (401); a stream whose token is deleted while it is
 // open is refused 401 for every op from then on.
 func TestStreamRightsTable(t *testing.T) {
-	f := newRightsFixture(t)
+	f := rt.New(t)
 	d := newStreamDoor(f)
-	runRightCases(t, f, d)
-	runUnauthorizedCases(t, f, d, "", "no token")
+	rt.RunRightCases(t, f, d)
+	rt.RunUnauthorizedCases(t, f, d, "", "no token")
 
-	gone := f.newToken(t, rightsPolicies[needRead].Name)
+	gone := f.NewToken(t, rt.Policies[rt.NeedRead].Name)
 	d.open(t, gone.SecretID) // open before the token is deleted
-	f.deleteToken(t, gone)
-	runUnauthorizedCases(t, f, d, gone.SecretID, "a token deleted while the stream is open")
-	runUnauthorizedCases(t, f, newStreamDoor(f), gone.SecretID, "a deleted token")
+	f.DeleteToken(t, gone)
+	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a token deleted while the stream is open")
+	rt.RunUnauthorizedCases(t, f, newStreamDoor(f), gone.SecretID, "a deleted token")
+}
+
+// readStreamResponse reads one answer frame.
+func readStreamResponse(t testing.TB, br *bufio.Reader) api.StreamResponse {
+	t.Helper()
+	body, err := api.ReadStreamFrame(br, api.MaxStreamFrame)
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	var r api.StreamResponse
+	if err := api.DecodeStreamResponse(body, &r); err != nil {
+		t.Fatalf("decode answer: %v", err)
+	}
+	return r
 }

@@ -1,0 +1,214 @@
+package etcdv3_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/etcdv3"
+	rt "github.com/keel-kv/keel/kv/internal/rightstest"
+)
+
+// etcdDoor carries the rights table's cases (kv/internal/rightstest) over the etcd v3
+// gRPC API, with etcd's own client stubs: the token travels as the "token" metadata.
+type etcdDoor struct {
+	f     *rt.Fixture
+	conn  *grpc.ClientConn
+	kv    pb.KVClient
+	watch pb.WatchClient
+	lease pb.LeaseClient
+}
+
+// newEtcdDoor serves the fixture's server's etcd door on a free port until the test
+// ends, and connects to it.
+func newEtcdDoor(t *testing.T, f *rt.Fixture) *etcdDoor {
+	t.Helper()
+	e := etcdv3.New(f.Srv)
+	ln := rt.Listen(t)
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		e.Stop(ctx)
+		<-done
+	})
+	return &etcdDoor{f: f, conn: conn, kv: pb.NewKVClient(conn), watch: pb.NewWatchClient(conn),
+		lease: pb.NewLeaseClient(conn)}
+}
+
+// answer maps the door's error to the table's terms: etcd's permission denied is a
+// 403, its invalid auth token a 401; other errors keep their gRPC code.
+func answer(err error) rt.Answer {
+	if err == nil {
+		return rt.Answer{}
+	}
+	st := status.Convert(err)
+	switch st.Message() {
+	case status.Convert(rpctypes.ErrGRPCPermissionDenied).Message():
+		return rt.Answer{Code: http.StatusForbidden, Reason: api.ReasonForbidden, Msg: st.Message(), Fixed: true}
+	case status.Convert(rpctypes.ErrGRPCInvalidAuthToken).Message():
+		return rt.Answer{Code: http.StatusUnauthorized, Reason: api.ReasonUnauthorized, Msg: st.Message(), Fixed: true}
+	}
+	return rt.Answer{Code: 1000 + int(st.Code()), Reason: st.Code().String(), Msg: st.Message()}
+}
+
+func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if secret != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, secret)
+	}
+	key := []byte(op.Key)
+	var err error
+	switch op.Kind {
+	case rt.Get:
+		_, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, Serializable: op.Serializable, Revision: op.Revision})
+	case rt.Range:
+		_, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)})
+	case rt.Put:
+		r := &pb.PutRequest{Key: key, Value: []byte("v")}
+		if op.Lease {
+			r.Lease = d.f.Lease
+		}
+		_, err = d.kv.Put(ctx, r)
+	case rt.Delete:
+		_, err = d.kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key})
+	case rt.DeleteRange:
+		_, err = d.kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)})
+	case rt.Watch:
+		err = d.watchOnce(ctx, op)
+	case rt.Txn:
+		_, err = d.kv.Txn(ctx, etcdTxn(op.Txn))
+	case rt.LeaseGrant:
+		_, err = d.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 600})
+	case rt.LeaseKeepAlive:
+		err = d.keepAliveOnce(ctx)
+	case rt.LeaseRevoke:
+		_, err = d.lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: d.f.Lease})
+	default:
+		t.Fatalf("etcd door: op %d unknown", op.Kind)
+	}
+	return answer(err)
+}
+
+// watchOnce creates one watch and reads the answer: created (nil), or refused (the
+// cancel reason, etcd's error message, as the error).
+func (d *etcdDoor) watchOnce(ctx context.Context, op rt.Op) error {
+	stream, err := d.watch.Watch(ctx)
+	if err != nil {
+		return err
+	}
+	defer stream.CloseSend()
+	cr := &pb.WatchCreateRequest{Key: []byte(op.Key)}
+	if op.Prefix {
+		cr.RangeEnd = fsm.PrefixEnd(cr.Key)
+	}
+	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: cr}}); err != nil {
+		return err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if resp.Canceled {
+		return reasonError(resp.CancelReason)
+	}
+	return nil
+}
+
+// reasonError turns a watch's cancel reason back into etcd's error, as clientv3 does.
+func reasonError(reason string) error {
+	for _, e := range []error{rpctypes.ErrGRPCPermissionDenied, rpctypes.ErrGRPCInvalidAuthToken} {
+		if status.Convert(e).Message() == reason {
+			return e
+		}
+	}
+	return status.Error(codes.Unknown, reason)
+}
+
+// keepAliveOnce renews the fixture's lease once on a keepalive stream.
+func (d *etcdDoor) keepAliveOnce(ctx context.Context) error {
+	stream, err := d.lease.LeaseKeepAlive(ctx)
+	if err != nil {
+		return err
+	}
+	defer stream.CloseSend()
+	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: d.f.Lease}); err != nil {
+		return err
+	}
+	_, err = stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return errors.New("keepalive stream ended without an answer")
+	}
+	return err
+}
+
+// etcdTxn translates a KV API transaction of the table into etcd's.
+func etcdTxn(r api.TxnRequest) *pb.TxnRequest {
+	out := &pb.TxnRequest{}
+	results := map[string]pb.Compare_CompareResult{api.ResultEqual: pb.Compare_EQUAL,
+		api.ResultNotEqual: pb.Compare_NOT_EQUAL, api.ResultGreater: pb.Compare_GREATER, api.ResultLess: pb.Compare_LESS}
+	for _, c := range r.Compare {
+		out.Compare = append(out.Compare, &pb.Compare{Key: []byte(c.Key), Target: pb.Compare_VERSION,
+			Result: results[c.Result], TargetUnion: &pb.Compare_Version{Version: c.Int}})
+	}
+	out.Success, out.Failure = etcdOps(r.Success), etcdOps(r.Failure)
+	return out
+}
+
+func etcdOps(ops []api.Op) []*pb.RequestOp {
+	var out []*pb.RequestOp
+	for _, o := range ops {
+		key := []byte(o.Key)
+		var end []byte
+		if o.Prefix {
+			end = fsm.PrefixEnd(key)
+		}
+		switch o.Type {
+		case api.OpGet:
+			out = append(out, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{
+				RequestRange: &pb.RangeRequest{Key: key, RangeEnd: end}}})
+		case api.OpPut:
+			out = append(out, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
+				RequestPut: &pb.PutRequest{Key: key, Value: o.Value}}})
+		case api.OpDelete, api.OpDeleteRange:
+			out = append(out, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{
+				RequestDeleteRange: &pb.DeleteRangeRequest{Key: key, RangeEnd: end}}})
+		}
+	}
+	return out
+}
+
+// TestEtcdRightsTable: the rights table over the etcd API — the same cases as HTTP's
+// and the stream's, refused with etcd's permission denied without their right (403 in
+// the table's terms) and its invalid auth token without a token or with a deleted one
+// (401), each changing nothing.
+func TestEtcdRightsTable(t *testing.T) {
+	f := rt.New(t)
+	d := newEtcdDoor(t, f)
+	rt.RunRightCases(t, f, d)
+	rt.RunUnauthorizedCases(t, f, d, "", "no token")
+	gone := f.NewToken(t, rt.Policies[rt.NeedRead].Name)
+	f.DeleteToken(t, gone)
+	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a deleted token")
+}

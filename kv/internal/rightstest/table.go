@@ -1,0 +1,168 @@
+// Package rightstest is the rights table every door of kv is tested against: every
+// client operation keel serves, the right it needs, and the answer a token lacking
+// that right gets, whatever door carries it. The cases are described without a door
+// (Op); each door's test package (HTTP and the stream protocol in kv's, the etcd API
+// in kv/etcdv3's) translates them into its own requests (Door.Do) and runs them
+// (RunRightCases, RunUnauthorizedCases) against one Fixture. A door that adds an
+// operation adds a case here, and every door must then refuse it.
+//
+// It is test support only: no production code imports it.
+package rightstest
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// Right is the right an operation needs.
+type Right string
+
+const (
+	NeedRead  Right = "read on the key"
+	NeedWrite Right = "write on the key"
+	NeedLease Right = "write on some key prefix (leases)"
+)
+
+// Kind is a client operation, whatever door carries it.
+type Kind uint8
+
+const (
+	Get            Kind = iota + 1
+	Range               // read every key with the prefix Key (stream: a txn's ranged get; HTTP: a list)
+	Put                 // put Key; with Lease, attached to the fixture's lease
+	Delete              // delete Key
+	DeleteRange         // delete every key with the prefix Key
+	Watch               // watch Key, or the prefix Key with Prefix
+	Txn                 // run Txn
+	LeaseGrant          // grant a new lease
+	LeaseKeepAlive      // renew the fixture's lease
+	LeaseRevoke         // revoke the fixture's lease
+)
+
+// Op is one operation, described independently of the door.
+type Op struct {
+	Kind         Kind
+	Key          string
+	Serializable bool  // get
+	Revision     int64 // get: 0 = latest
+	Prefix       bool  // watch
+	Lease        bool  // put: attach to the fixture's lease
+	Txn          api.TxnRequest
+}
+
+// Case is one row of the table: Op needs Right.
+type Case struct {
+	Name  string
+	Right Right
+	Op    Op
+}
+
+// Key is the key the cases touch; Other is a prefix every lacking token may write, so
+// that a token lacking one right holds all the others it can.
+const (
+	Key   = "app/x"
+	Other = "other/"
+)
+
+// Cases is the table.
+var Cases = []Case{
+	{"get", NeedRead, Op{Kind: Get, Key: Key}},
+	{"get serializable", NeedRead, Op{Kind: Get, Key: Key, Serializable: true}},
+	{"get at a revision", NeedRead, Op{Kind: Get, Key: Key, Revision: 1}},
+	{"range", NeedRead, Op{Kind: Range, Key: "app/"}},
+	{"put", NeedWrite, Op{Kind: Put, Key: Key}},
+	{"put with lease", NeedWrite, Op{Kind: Put, Key: Key, Lease: true}},
+	{"delete", NeedWrite, Op{Kind: Delete, Key: Key}},
+	{"delete range", NeedWrite, Op{Kind: DeleteRange, Key: "app/"}},
+	{"watch key", NeedRead, Op{Kind: Watch, Key: Key}},
+	{"watch prefix", NeedRead, Op{Kind: Watch, Key: "app/", Prefix: true}},
+	{"txn compare", NeedRead, Op{Kind: Txn, Txn: api.TxnRequest{
+		Compare: []api.Compare{{Key: Key, Target: api.TargetVersion, Result: api.ResultGreater, Int: 0}},
+		Success: []api.Op{{Type: api.OpPut, Key: Other + "t", Value: []byte("v")}}}}},
+	{"txn get", NeedRead, Op{Kind: Txn, Txn: api.TxnRequest{
+		Success: []api.Op{{Type: api.OpGet, Key: Key}}}}},
+	{"txn ranged get", NeedRead, Op{Kind: Txn, Txn: api.TxnRequest{
+		Success: []api.Op{{Type: api.OpGet, Key: "app/", Prefix: true}}}}},
+	{"txn put", NeedWrite, Op{Kind: Txn, Txn: api.TxnRequest{
+		Success: []api.Op{{Type: api.OpPut, Key: Key, Value: []byte("v")}}}}},
+	{"txn delete in the failure branch", NeedWrite, Op{Kind: Txn, Txn: api.TxnRequest{
+		Compare: []api.Compare{{Key: Other + "t", Target: api.TargetVersion, Result: api.ResultEqual, Int: 0}},
+		Failure: []api.Op{{Type: api.OpDelete, Key: Key}}}}},
+	{"txn delete range", NeedWrite, Op{Kind: Txn, Txn: api.TxnRequest{
+		Success: []api.Op{{Type: api.OpDeleteRange, Key: "app/", Prefix: true}}}}},
+	{"lease grant", NeedLease, Op{Kind: LeaseGrant}},
+	{"lease keepalive", NeedLease, Op{Kind: LeaseKeepAlive}},
+	{"lease revoke", NeedLease, Op{Kind: LeaseRevoke}},
+}
+
+// Answer is how a door answered an operation, in HTTP's terms (each door maps its
+// protocol's refusals to them): the status code, the api.Reason and the message, or
+// Code 0 when the operation was not refused. Fixed says the protocol's message is its
+// own fixed text (etcd's "etcdserver: permission denied"), which cannot name the right.
+type Answer struct {
+	Code        int
+	Reason, Msg string
+	Fixed       bool
+}
+
+// Door carries the table's operations. secret "" sends no token.
+type Door interface {
+	Do(t *testing.T, secret string, op Op) Answer
+}
+
+// Policies are, for each right, a policy without it.
+var Policies = map[Right]api.ACLPolicy{
+	// write (so read) on other/ only, every operator right: app/ unreadable.
+	NeedRead: {Name: "no-read", Keys: []api.ACLKeyRule{{Prefix: Other, Access: api.AccessWrite}},
+		Operator: []string{api.RightAll}},
+	// read everything, write other/: app/ not writable, leases allowed.
+	NeedWrite: {Name: "no-write", Keys: []api.ACLKeyRule{{Prefix: "", Access: api.AccessRead},
+		{Prefix: Other, Access: api.AccessWrite}}, Operator: []string{api.RightAll}},
+	// read everything, write no key: no leases.
+	NeedLease: {Name: "no-lease", Keys: []api.ACLKeyRule{{Prefix: "", Access: api.AccessRead}},
+		Resources: []api.ACLResourceRule{{Group: "*", Resource: "*", Access: api.AccessWrite}},
+		Operator:  []string{api.RightAll}},
+}
+
+// RunRightCases runs every case through d: with the token that lacks its right it is
+// 403 Forbidden naming the right and changes nothing; with every right it is not
+// refused (whatever else it answers).
+func RunRightCases(t *testing.T, f *Fixture, d Door) {
+	t.Helper()
+	before := f.Store.FSM().Revision()
+	for _, c := range Cases {
+		a := d.Do(t, f.Lacking[c.Right], c.Op)
+		if a.Code != http.StatusForbidden || a.Reason != api.ReasonForbidden || (!a.Fixed && !strings.Contains(a.Msg, "right")) {
+			t.Errorf("%s without %s: %d %s %q; want 403 Forbidden naming the right", c.Name, c.Right, a.Code, a.Reason, a.Msg)
+		}
+	}
+	if after := f.Store.FSM().Revision(); after != before {
+		t.Errorf("refused operations moved the revision %d → %d", before, after)
+	}
+	if _, ok := f.Store.FSM().View().Lease(f.Lease); !ok {
+		t.Errorf("lease %d is gone after refused operations", f.Lease)
+	}
+	for _, c := range Cases {
+		if a := d.Do(t, f.Mgmt, c.Op); a.Code == http.StatusForbidden || a.Code == http.StatusUnauthorized {
+			t.Errorf("%s with every right: %d %s %q; want it not refused", c.Name, a.Code, a.Reason, a.Msg)
+		}
+	}
+}
+
+// RunUnauthorizedCases runs every case through d with secret, a token that is not
+// (or no longer) valid: each is 401 and changes nothing.
+func RunUnauthorizedCases(t *testing.T, f *Fixture, d Door, secret, what string) {
+	t.Helper()
+	before := f.Store.FSM().Revision()
+	for _, c := range Cases {
+		if a := d.Do(t, secret, c.Op); a.Code != http.StatusUnauthorized || a.Reason != api.ReasonUnauthorized {
+			t.Errorf("%s with %s: %d %s %q; want 401 Unauthorized", c.Name, what, a.Code, a.Reason, a.Msg)
+		}
+	}
+	if after := f.Store.FSM().Revision(); after != before {
+		t.Errorf("unauthorized operations moved the revision %d → %d", before, after)
+	}
+}
