@@ -144,7 +144,7 @@ func (a *attacker) prepare(ctx context.Context, prefix string) error {
 }
 
 // forgedTokenCommand is a write of an ACL token record with the management policy,
-// as the ACL routes store it (kv/acl.go), and the secret it would let in.
+// as the ACL routes store it (the records of package kv/acl), and the secret it would let in.
 func forgedTokenCommand() (string, []byte, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -124,8 +125,8 @@ func RouteHasRule(pattern string) bool { _, ok := routeRules[pattern]; return ok
 type authzKey struct{}
 
 // authzOf returns the request's authorizer: nil when ACLs are not enforced.
-func authzOf(ctx context.Context) *authorizer {
-	a, _ := ctx.Value(authzKey{}).(*authorizer)
+func authzOf(ctx context.Context) *acl.Authorizer {
+	a, _ := ctx.Value(authzKey{}).(*acl.Authorizer)
 	return a
 }
 
@@ -159,20 +160,20 @@ func (s *Server) authorize(pattern string, rule routeRule, ok bool, h http.Handl
 	})
 }
 
-func checkRule(rule routeRule, az *authorizer, r *http.Request) error {
+func checkRule(rule routeRule, az *acl.Authorizer, r *http.Request) error {
 	switch rule.kind {
 	case ruleOperator:
-		if !az.right(rule.right) {
-			return forbiddenRight(rule.right)
+		if !az.Right(rule.right) {
+			return acl.ForbiddenRight(rule.right)
 		}
 	case ruleResourceRead, ruleResourceWrite:
 		write := rule.kind == ruleResourceWrite
 		g, res := r.PathValue("group"), r.PathValue("resource")
-		if !az.resource(g, res, write) {
-			return fmt.Errorf("%w: the token has no %s right on resource %s/%s", ErrForbidden, accessWord(write), g, res)
+		if !az.Resource(g, res, write) {
+			return acl.ForbiddenResource(g, res, write)
 		}
 	case ruleAnyWrite:
-		if !az.anyWrite() {
+		if !az.AnyWrite() {
 			return fmt.Errorf("%w: leases need a token with a write right on some key prefix", ErrForbidden)
 		}
 	}
@@ -185,23 +186,23 @@ const minLinearizableRefresh = 100 * time.Millisecond
 
 // authenticate resolves the Authorization header: (nil, nil) when ACLs are not
 // enforced, the token's authorizer, or ErrUnauthorized. Errors never hold the token.
-func (s *Server) authenticate(ctx context.Context, header string) (*authorizer, error) {
+func (s *Server) authenticate(ctx context.Context, header string) (*acl.Authorizer, error) {
 	st, err := s.aclStateConfirmed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !st.bootstrapped {
+	if !st.Bootstrapped() {
 		return nil, s.notBootstrapped()
 	}
-	secret, err := parseBearer(header)
+	secret, err := acl.ParseBearer(header)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, err)
 	}
-	return s.tokenAuthz(ctx, st, hashSecret(secret))
+	return s.tokenAuthz(ctx, st, acl.HashSecret(secret))
 }
 
 // aclStateConfirmed returns the node's ACL state, read at the leader at least once.
-func (s *Server) aclStateConfirmed(ctx context.Context) (*aclState, error) {
+func (s *Server) aclStateConfirmed(ctx context.Context) (*acl.State, error) {
 	st, err := s.aclStateNow(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acl state: %w", err)
@@ -232,29 +233,29 @@ func (s *Server) notBootstrapped() error {
 // tokenAuthz returns the authorizer of the token whose secret hashes to h in st, or
 // ErrUnauthorized. An unknown token makes the node re-read the records at the leader
 // (at most every minLinearizableRefresh): it may have been created a moment ago.
-func (s *Server) tokenAuthz(ctx context.Context, st *aclState, h secretHash) (*authorizer, error) {
-	t := st.lookupHash(h)
+func (s *Server) tokenAuthz(ctx context.Context, st *acl.State, h acl.SecretHash) (*acl.Authorizer, error) {
+	t := st.Lookup(h)
 	if t == nil {
 		now := time.Now().UnixNano()
 		if last := s.aclRefresh.Load(); now-last > int64(minLinearizableRefresh) && s.aclRefresh.CompareAndSwap(last, now) {
 			if st2, err := s.reloadACL(ctx, fsm.Linearizable); err == nil {
-				t = st2.lookupHash(h)
+				t = st2.Lookup(h)
 			}
 		}
 	}
 	if t == nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, errUnknownToken)
+		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, acl.ErrUnknownToken)
 	}
-	if t.expired(time.Now()) {
-		return nil, errTokenExpired(t)
+	if t.Expired(time.Now()) {
+		return nil, t.ExpiredError()
 	}
-	return t.authz, nil
+	return t.Authorizer(), nil
 }
 
 // checkKey refuses the request unless its token may read (write) key.
 func checkKey(ctx context.Context, key []byte, write bool) error {
-	if az := authzOf(ctx); az != nil && !az.key(key, write) {
-		return forbiddenKey(key, write)
+	if az := authzOf(ctx); az != nil && !az.Key(key, write) {
+		return acl.ForbiddenKey(key, write)
 	}
 	return nil
 }
@@ -263,25 +264,25 @@ func checkKey(ctx context.Context, key []byte, write bool) error {
 // per-key filter when it may read some of them, and ErrForbidden when none.
 func readFilter(ctx context.Context, start, end []byte) (func(key []byte) bool, error) {
 	az := authzOf(ctx)
-	if az == nil || az.span(start, end, false) {
+	if az == nil || az.Span(start, end, false) {
 		return nil, nil
 	}
-	if !az.some(start, end) {
-		return nil, forbiddenRange(start, end, false)
+	if !az.Some(start, end) {
+		return nil, acl.ForbiddenRange(start, end, false)
 	}
-	return func(key []byte) bool { return az.key(key, false) }, nil
+	return func(key []byte) bool { return az.Key(key, false) }, nil
 }
 
 // listRights returns the token whose key rights filter a list of [start, end): nil
 // when it may read every key of it (or ACLs are not enforced), ErrForbidden when it
 // may read none.
-func listRights(ctx context.Context, start, end []byte) (*authorizer, error) {
+func listRights(ctx context.Context, start, end []byte) (*acl.Authorizer, error) {
 	az := authzOf(ctx)
-	if az == nil || az.span(start, end, false) {
+	if az == nil || az.Span(start, end, false) {
 		return nil, nil
 	}
-	if !az.some(start, end) {
-		return nil, forbiddenRange(start, end, false)
+	if !az.Some(start, end) {
+		return nil, acl.ForbiddenRange(start, end, false)
 	}
 	return az, nil
 }
@@ -290,17 +291,17 @@ func listRights(ctx context.Context, start, end []byte) (*authorizer, error) {
 // read every key (or range) it compares or gets and write every key it puts or
 // deletes, in both branches, nested transactions (OpTxn) included. A put's lease needs no right of its own: rights on a lease follow its keys
 // (routes_lease.go).
-func checkTxnAccess(az *authorizer, txn *fsm.Txn) error {
+func checkTxnAccess(az *acl.Authorizer, txn *fsm.Txn) error {
 	if az == nil || txn == nil {
 		return nil
 	}
 	for _, c := range txn.Compares {
 		if c.End != nil {
-			if !az.span(c.Key, c.End, false) {
-				return forbiddenRange(c.Key, c.End, false)
+			if !az.Span(c.Key, c.End, false) {
+				return acl.ForbiddenRange(c.Key, c.End, false)
 			}
-		} else if !az.key(c.Key, false) {
-			return forbiddenKey(c.Key, false)
+		} else if !az.Key(c.Key, false) {
+			return acl.ForbiddenKey(c.Key, false)
 		}
 	}
 	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
@@ -314,21 +315,21 @@ func checkTxnAccess(az *authorizer, txn *fsm.Txn) error {
 }
 
 // opAccess refuses op of a transaction unless az may read (write) what it touches.
-func opAccess(az *authorizer, o fsm.Op) error {
+func opAccess(az *acl.Authorizer, o fsm.Op) error {
 	switch {
 	case o.Type == fsm.OpTxn:
 		return checkTxnAccess(az, o.Txn) // both branches: either may run
 	case o.Type == fsm.OpDeleteRange:
-		if !az.span(o.Key, o.End, true) {
-			return forbiddenRange(o.Key, o.End, true)
+		if !az.Span(o.Key, o.End, true) {
+			return acl.ForbiddenRange(o.Key, o.End, true)
 		}
 	case o.Type == fsm.OpGet && o.End != nil:
-		if !az.span(o.Key, o.End, false) {
-			return forbiddenRange(o.Key, o.End, false)
+		if !az.Span(o.Key, o.End, false) {
+			return acl.ForbiddenRange(o.Key, o.End, false)
 		}
 	default:
-		if write := o.Type != fsm.OpGet; !az.key(o.Key, write) {
-			return forbiddenKey(o.Key, write)
+		if write := o.Type != fsm.OpGet; !az.Key(o.Key, write) {
+			return acl.ForbiddenKey(o.Key, write)
 		}
 	}
 	return nil

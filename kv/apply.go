@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -50,7 +51,7 @@ func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error
 // rights on every key it touches (checkTxnAccess; az nil when ACLs are not enforced)
 // and the reserved prefixes (checkReservedWrites). The node that takes the request
 // runs it, and so does the leader a follower forwards the transaction to.
-func (s *Server) checkTxn(az *authorizer, txn *fsm.Txn) error {
+func (s *Server) checkTxn(az *acl.Authorizer, txn *fsm.Txn) error {
 	if err := checkTxnAccess(az, txn); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	hraft "github.com/hashicorp/raft"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -22,7 +23,7 @@ import (
 // (Authenticate), and the address it came from (for per-client bounds). The zero
 // Caller is one whose rights are not checked: a server whose ACLs are not enforced.
 type Caller struct {
-	az *authorizer // nil: ACLs not enforced
+	az *acl.Authorizer // nil: ACLs not enforced
 }
 
 // Enforced reports whether the caller's rights are checked (ACLs are enforced).
@@ -68,7 +69,7 @@ func (s *Server) ACLsEnabled(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return st.bootstrapped, nil
+	return st.Bootstrapped(), nil
 }
 
 // AdmitRequest takes a slot for one request in flight from the client address src ("",
@@ -149,7 +150,7 @@ func errNoRule(pattern string) error {
 // needs no path value (an operator right, a lease right): a core operation that does
 // what the route does takes the same rule. A pattern without a rule is refused (fail
 // closed, as an unregistered route is).
-func routeRight(az *authorizer, pattern string) error {
+func routeRight(az *acl.Authorizer, pattern string) error {
 	if az == nil {
 		return nil
 	}

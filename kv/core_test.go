@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -11,10 +12,10 @@ import (
 // take that route's rule; a pattern without a rule is refused, never let through
 // (kills: a missing rule read as the zero rule, which checks nothing).
 func TestRouteRightFailsClosed(t *testing.T) {
-	none := &authorizer{operator: map[string]bool{}}
-	compact := &authorizer{operator: map[string]bool{api.RightCompact: true}}
+	none := acl.NewAuthorizer()
+	compact := acl.NewAuthorizer(api.ACLPolicy{Operator: []string{api.RightCompact}})
 	for _, c := range []struct {
-		az      *authorizer
+		az      *acl.Authorizer
 		pattern string
 		ok      bool
 	}{

@@ -22,4 +22,8 @@
 // (routes_*.go, mapped by classify in errors.go) and the stream protocol (stream*.go)
 // still live in this package and call the same unexported helpers the core's methods
 // wrap; they move to packages of their own next (issue #25).
+//
+// Every right decision is the ACL engine's, package kv/acl: kv authenticates a request
+// (acl_routes.go), keeps the node's current acl.State, writes the ACL records
+// (routes_acl.go), and asks an *acl.Authorizer; it never decides a right itself.
 package kv

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
@@ -43,10 +44,12 @@ var (
 	// ErrTooManyLeases (leaselimits.go) is declared beside the lease bounds.
 	// ErrTooManyWatches: the node already serves Config.MaxWatches watches.
 	ErrTooManyWatches = errors.New("kv: too many watches")
-	// ErrUnauthorized: ACLs are enforced and the request carries no valid token.
-	ErrUnauthorized = errors.New("kv: unauthorized")
-	// ErrForbidden: the request's token lacks the right the request needs.
-	ErrForbidden = errors.New("kv: forbidden")
+	// ErrUnauthorized: ACLs are enforced and the request carries no valid token. It is
+	// the ACL engine's acl.ErrUnauthorized (one value under two names).
+	ErrUnauthorized = acl.ErrUnauthorized
+	// ErrForbidden: the request's token lacks the right the request needs. It is the
+	// ACL engine's acl.ErrForbidden (one value under two names).
+	ErrForbidden = acl.ErrForbidden
 	// ErrAlreadyBootstrapped: the cluster's ACL system was bootstrapped before.
 	ErrAlreadyBootstrapped = errors.New("kv: acl system already bootstrapped")
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -27,11 +28,12 @@ import (
 // the request, and the leader applies them on the member's word.
 
 // callerID is the identity forwarded for az (nil: no token).
-func callerID(az *authorizer) []byte {
+func callerID(az *acl.Authorizer) []byte {
 	if az == nil {
 		return []byte{}
 	}
-	return az.hash[:]
+	h := az.Hash()
+	return h[:]
 }
 
 // CallerCheckSetter is implemented by a Store (*raft.Node) that forwards writes with
@@ -60,15 +62,15 @@ func (s *Server) checkForwarded(ctx context.Context, caller []byte, cmd *fsm.Com
 
 // callerAuthz resolves a forwarded caller against this node's ACL state, as
 // authenticate resolves a request's header.
-func (s *Server) callerAuthz(ctx context.Context, caller []byte) (*authorizer, error) {
+func (s *Server) callerAuthz(ctx context.Context, caller []byte) (*acl.Authorizer, error) {
 	st, err := s.aclStateConfirmed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !st.bootstrapped {
+	if !st.Bootstrapped() {
 		return nil, s.notBootstrapped()
 	}
-	var h secretHash
+	var h acl.SecretHash
 	if len(caller) != len(h) {
 		return nil, fmt.Errorf("%w: the write was forwarded without a token", ErrUnauthorized)
 	}

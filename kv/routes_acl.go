@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -34,23 +35,23 @@ func (s *Server) aclRoutes() {
 
 // newToken mints a token for policies: its record (to store) and the api form with
 // the secret (to show once).
-func newToken(desc string, policies []string, ttl time.Duration) (tokenRecord, secretHash, api.ACLToken, error) {
-	secret, err := newSecret()
+func newToken(desc string, policies []string, ttl time.Duration) (acl.TokenRecord, acl.SecretHash, api.ACLToken, error) {
+	secret, err := acl.NewSecret()
 	if err != nil {
-		return tokenRecord{}, secretHash{}, api.ACLToken{}, fmt.Errorf("acl: token secret: %w", err)
+		return acl.TokenRecord{}, acl.SecretHash{}, api.ACLToken{}, fmt.Errorf("acl: token secret: %w", err)
 	}
-	acc, err := newAccessorID()
+	acc, err := acl.NewAccessorID()
 	if err != nil {
-		return tokenRecord{}, secretHash{}, api.ACLToken{}, fmt.Errorf("acl: accessor id: %w", err)
+		return acl.TokenRecord{}, acl.SecretHash{}, api.ACLToken{}, fmt.Errorf("acl: accessor id: %w", err)
 	}
 	now := time.Now().UTC()
-	rec := tokenRecord{AccessorID: acc, Description: desc, Policies: policies, CreateTime: now.Format(time.RFC3339)}
+	rec := acl.TokenRecord{AccessorID: acc, Description: desc, Policies: policies, CreateTime: now.Format(time.RFC3339)}
 	if ttl > 0 {
 		rec.ExpirationTime = now.Add(ttl).Format(time.RFC3339)
 	}
 	out := api.ACLToken{AccessorID: acc, SecretID: secret, Description: desc, Policies: policies, CreateTime: rec.CreateTime,
 		ExpirationTime: rec.ExpirationTime}
-	return rec, hashSecret(secret), out, nil
+	return rec, acl.HashSecret(secret), out, nil
 }
 
 func mustJSON(v any) []byte {
@@ -89,13 +90,13 @@ func (s *Server) handleACLBootstrap(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	boot := bootstrapRecord{AccessorID: rec.AccessorID, Time: rec.CreateTime}
+	boot := acl.BootstrapRecord{AccessorID: rec.AccessorID, Time: rec.CreateTime}
 	txn := &fsm.Txn{
-		Compares: []fsm.Compare{{Key: []byte(aclBootstrapKey), Target: fsm.TargetVersion, Result: fsm.CompareEqual, Int: 0}},
+		Compares: []fsm.Compare{{Key: []byte(acl.BootstrapKey), Target: fsm.TargetVersion, Result: fsm.CompareEqual, Int: 0}},
 		Success: []fsm.Op{
-			{Type: fsm.OpPut, Key: []byte(aclBootstrapKey), Value: mustJSON(boot)},
-			{Type: fsm.OpPut, Key: []byte(aclPoliciesPrefix + api.ManagementPolicy), Value: mustJSON(managementPolicy())},
-			{Type: fsm.OpPut, Key: []byte(aclTokensPrefix + hash.String()), Value: mustJSON(rec)},
+			{Type: fsm.OpPut, Key: []byte(acl.BootstrapKey), Value: mustJSON(boot)},
+			{Type: fsm.OpPut, Key: []byte(acl.PoliciesPrefix + api.ManagementPolicy), Value: mustJSON(acl.ManagementPolicy())},
+			{Type: fsm.OpPut, Key: []byte(acl.TokensPrefix + hash.String()), Value: mustJSON(rec)},
 		},
 	}
 	ctx, cancel := s.requestContext(r)
@@ -121,7 +122,7 @@ func (s *Server) bootstrapOpen(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("acl bootstrap: %w", err)
 	}
-	if st.bootstrapped {
+	if st.Bootstrapped() {
 		return errBootstrapped()
 	}
 	return nil
@@ -159,22 +160,22 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 	}
 	txn := &fsm.Txn{}
 	for _, p := range req.Policies {
-		rev, ok := st.policyRevs[p]
+		pol, ok := st.Policy(p)
 		if !ok {
 			return fmt.Errorf("acl token: %w: no policy %q", ErrInvalidBody, p)
 		}
 		// The policy must still be there when the token is stored.
-		txn.Compares = append(txn.Compares, fsm.Compare{Key: []byte(aclPoliciesPrefix + p),
-			Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: rev})
+		txn.Compares = append(txn.Compares, fsm.Compare{Key: []byte(acl.PoliciesPrefix + p),
+			Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: pol.Revision})
 	}
-	if err := checkGrant(ctx, "create the token", tokenPolicies(st, req.Policies)...); err != nil {
+	if err := checkGrant(ctx, "create the token", st.PoliciesNamed(req.Policies)...); err != nil {
 		return fmt.Errorf("acl token: %w", err)
 	}
 	rec, hash, out, err := newToken(req.Description, req.Policies, ttl)
 	if err != nil {
 		return err
 	}
-	txn.Success = []fsm.Op{{Type: fsm.OpPut, Key: []byte(aclTokensPrefix + hash.String()), Value: mustJSON(rec)}}
+	txn.Success = []fsm.Op{{Type: fsm.OpPut, Key: []byte(acl.TokensPrefix + hash.String()), Value: mustJSON(rec)}}
 	ok, err := s.applyACL(ctx, txn)
 	if err != nil {
 		return fmt.Errorf("acl token: %w", err)
@@ -187,9 +188,9 @@ func (s *Server) handleACLTokenCreate(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
-func tokenAPI(t *aclToken) api.ACLToken {
-	return api.ACLToken{AccessorID: t.rec.AccessorID, Description: t.rec.Description, Policies: t.rec.Policies,
-		CreateTime: t.rec.CreateTime, ExpirationTime: t.rec.ExpirationTime}
+func tokenAPI(t *acl.Token) api.ACLToken {
+	return api.ACLToken{AccessorID: t.Record().AccessorID, Description: t.Record().Description, Policies: t.Record().Policies,
+		CreateTime: t.Record().CreateTime, ExpirationTime: t.Record().ExpirationTime}
 }
 
 func (s *Server) handleACLTokenList(w http.ResponseWriter, r *http.Request) error {
@@ -203,7 +204,7 @@ func (s *Server) handleACLTokenList(w http.ResponseWriter, r *http.Request) erro
 		return fmt.Errorf("acl tokens: %w", err)
 	}
 	resp := api.ACLTokensResponse{Tokens: []api.ACLToken{}}
-	for _, t := range st.tokens {
+	for _, t := range st.Tokens() {
 		resp.Tokens = append(resp.Tokens, tokenAPI(t))
 	}
 	sort.Slice(resp.Tokens, func(i, j int) bool {
@@ -226,8 +227,8 @@ func (s *Server) handleACLTokenSelf(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	for _, t := range st.tokens {
-		if t.rec.AccessorID == az.accessor {
+	for _, t := range st.Tokens() {
+		if t.Record().AccessorID == az.Accessor() {
 			writeJSON(w, http.StatusOK, tokenAPI(t))
 			return nil
 		}
@@ -246,14 +247,14 @@ func (s *Server) handleACLTokenDelete(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return fmt.Errorf("acl token delete: %w", err)
 	}
-	for h, t := range st.tokens {
-		if t.rec.AccessorID != acc {
+	for h, t := range st.Tokens() {
+		if t.Record().AccessorID != acc {
 			continue
 		}
-		if err := checkGrant(ctx, "delete the token", tokenPolicies(st, t.rec.Policies)...); err != nil {
+		if err := checkGrant(ctx, "delete the token", st.PoliciesNamed(t.Record().Policies)...); err != nil {
 			return fmt.Errorf("acl token delete: %w", err)
 		}
-		key := []byte(aclTokensPrefix + h.String())
+		key := []byte(acl.TokensPrefix + h.String())
 		if _, err := s.applyACL(ctx, &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpDelete, Key: key}}}); err != nil {
 			return fmt.Errorf("acl token delete: %w", err)
 		}
@@ -275,7 +276,7 @@ func (s *Server) handleACLPolicyList(w http.ResponseWriter, r *http.Request) err
 		return fmt.Errorf("acl policies: %w", err)
 	}
 	resp := api.ACLPoliciesResponse{Policies: []api.ACLPolicy{}}
-	for _, p := range st.policies {
+	for p := range st.Policies() {
 		resp.Policies = append(resp.Policies, p)
 	}
 	slices.SortFunc(resp.Policies, func(a, b api.ACLPolicy) int { return strings.Compare(a.Name, b.Name) })
@@ -293,7 +294,7 @@ func (s *Server) handleACLPolicyGet(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return fmt.Errorf("acl policy: %w", err)
 	}
-	p, ok := st.policies[r.PathValue("name")]
+	p, ok := st.Policy(r.PathValue("name"))
 	if !ok {
 		return fmt.Errorf("acl policy: %w: no policy %q", fsm.ErrKeyNotFound, r.PathValue("name"))
 	}
@@ -326,7 +327,7 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	if err := s.checkPolicyChange(ctx, "write the policy", &p); err != nil {
 		return err
 	}
-	key := []byte(aclPoliciesPrefix + p.Name)
+	key := []byte(acl.PoliciesPrefix + p.Name)
 	txn := &fsm.Txn{}
 	if p.Revision > 0 {
 		txn.Compares = []fsm.Compare{{Key: key, Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: p.Revision}}
@@ -343,7 +344,7 @@ func (s *Server) handleACLPolicyPut(w http.ResponseWriter, r *http.Request) erro
 	s.log.Info("acl: policy written", "name", p.Name)
 	st, _ := s.aclStateNow(ctx)
 	if st != nil {
-		if cur, ok := st.policies[p.Name]; ok {
+		if cur, ok := st.Policy(p.Name); ok {
 			p = cur
 		}
 	}
@@ -362,7 +363,7 @@ func (s *Server) checkPolicyChange(ctx context.Context, what string, p *api.ACLP
 		return fmt.Errorf("acl policy: %w", err)
 	}
 	policies := []api.ACLPolicy{*p}
-	if old, ok := st.policies[p.Name]; ok {
+	if old, ok := st.Policy(p.Name); ok {
 		policies = append(policies, old)
 	}
 	if err := checkGrant(ctx, what, policies...); err != nil {
@@ -379,7 +380,7 @@ func (s *Server) handleACLPolicyDelete(w http.ResponseWriter, r *http.Request) e
 	if err := checkPolicyWritable(name); err != nil {
 		return err
 	}
-	key := []byte(aclPoliciesPrefix + name)
+	key := []byte(acl.PoliciesPrefix + name)
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	if err := s.checkPolicyChange(ctx, "delete the policy", &api.ACLPolicy{Name: name}); err != nil {

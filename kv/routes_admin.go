@@ -46,7 +46,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		resp.ACL.Default = ACLAllow
 	}
 	if st, err := s.aclStateNow(ctx); err == nil {
-		resp.ACL.Bootstrapped = st.bootstrapped
+		resp.ACL.Bootstrapped = st.Bootstrapped()
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil

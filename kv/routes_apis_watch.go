@@ -185,7 +185,7 @@ func (s *Server) resourceRights(r *http.Request) func() error {
 		if err != nil {
 			return err
 		}
-		if !cur.resource(g, res, false) {
+		if !cur.Resource(g, res, false) {
 			return fmt.Errorf("%w: the token no longer has the read right on resource %s/%s", ErrForbidden, g, res)
 		}
 		return nil

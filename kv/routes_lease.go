@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/lease"
 	"github.com/keel-kv/keel/raft"
@@ -70,7 +71,7 @@ func leaseFormatError(err error) error {
 
 // leaseRight refuses a token that may write no key: leases are for writers.
 func leaseRight(ctx context.Context) error {
-	if az := authzOf(ctx); az != nil && !az.anyWrite() {
+	if az := authzOf(ctx); az != nil && !az.AnyWrite() {
 		return fmt.Errorf("%w: leases need a token with a write right on some key prefix", ErrForbidden)
 	}
 	return nil
@@ -80,12 +81,12 @@ func leaseRight(ctx context.Context) error {
 // lease id in v. The error names the lease, not the key.
 func leaseKeysAllowed(ctx context.Context, v *fsm.View, id int64, write bool) error {
 	az := authzOf(ctx)
-	if az == nil || az.span(nil, nil, write) {
+	if az == nil || az.Span(nil, nil, write) {
 		return nil
 	}
 	for _, k := range v.LeaseKeys(id, 0) {
-		if !az.key(k, write) {
-			return fmt.Errorf("%w: lease %d has keys the token has no %s right on", ErrForbidden, id, accessWord(write))
+		if !az.Key(k, write) {
+			return fmt.Errorf("%w: lease %d has keys the token has no %s right on", ErrForbidden, id, acl.AccessWord(write))
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -24,7 +25,7 @@ type listRequest struct {
 	// keys, when set, is the token whose key rights filter the scan (a KV list): the
 	// page holds only keys it may read and the continue token names only such a key.
 	// A typed list, authorized by resource, leaves it nil.
-	keys *authorizer
+	keys *acl.Authorizer
 	// count asks scan for the remaining item count when it is cheap (countRest).
 	count bool
 }
@@ -167,7 +168,7 @@ func (s *Server) readPage(ctx context.Context, req listRequest) (pageRead, error
 		rev = view.Revision()
 	}
 	if req.keys != nil {
-		from = req.keys.nextReadable(from, req.end) // nil: nothing readable is left
+		from = req.keys.NextReadable(from, req.end) // nil: nothing readable is left
 	}
 	var kvs []fsm.KeyValue
 	var next []byte
@@ -186,9 +187,9 @@ func (s *Server) readPage(ctx context.Context, req listRequest) (pageRead, error
 	if req.keys != nil {
 		// Only what the token may read; the page may hold fewer items (or none) and
 		// still carry a continue token, which resumes at a key it may read.
-		kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !req.keys.key(kv.Key, false) })
+		kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !req.keys.Key(kv.Key, false) })
 		if next != nil {
-			next = req.keys.nextReadable(next, req.end)
+			next = req.keys.NextReadable(next, req.end)
 		}
 	}
 	return pageRead{kvs: kvs, next: next, rev: rev, view: view}, nil
@@ -207,7 +208,7 @@ func countRest(view *fsm.View, req listRequest, next []byte, rev int64) int64 {
 	}
 	n := int64(0)
 	for _, kv := range kvs {
-		if req.keys == nil || req.keys.key(kv.Key, false) {
+		if req.keys == nil || req.keys.Key(kv.Key, false) {
 			n++
 		}
 	}

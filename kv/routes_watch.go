@@ -204,7 +204,7 @@ func (s *Server) watchRights(ctx context.Context) (allow func([]byte) bool, revo
 	revoked = func() error { _, err := s.current(az); return err }
 	allow = func(key []byte) bool {
 		cur, err := s.current(az)
-		return err == nil && cur.key(key, false)
+		return err == nil && cur.Key(key, false)
 	}
 	return allow, revoked
 }

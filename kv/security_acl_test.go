@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -57,7 +58,7 @@ func TestACLNoEscalation(t *testing.T) {
 		t.Errorf("aclop deleting root's token = %d %s, want 403", code, b)
 	}
 
-	widened := managementPolicy()
+	widened := acl.ManagementPolicy()
 	widened.Description = "rewritten"
 	for _, secret := range []string{aclop, as.root} {
 		if code := putPolicy(secret, widened); code == http.StatusOK {

@@ -13,7 +13,7 @@ import (
 // prefix, and a raw /v1/kv read of them needs the resource's read right besides a key
 // rule: a token that may read every key but holds no right on widgets reads none of
 // them raw (get 403, lists, txn gets and watches skip or refuse them), while keys
-// beside them stay readable. Kills: authorizer.key/span without the resource guard.
+// beside them stay readable. Kills: acl.Authorizer.Key/Span without the resource guard.
 func TestRawReadsFollowResourceRules(t *testing.T) {
 	as := &aclServer{testServer: newResourceServer(t)}
 	var tok api.ACLToken

@@ -162,31 +162,3 @@ func TestListTokensNameNoForeignKey(t *testing.T) {
 		t.Errorf("listed %v, want [other/x other/y]", seen)
 	}
 }
-
-// TestNextReadable: where a filtered scan resumes, from the rules alone.
-//
-//	rules: read "b/", write "d/", read "" without the acl right (second authorizer)
-func TestNextReadable(t *testing.T) {
-	az := &authorizer{keys: []api.ACLKeyRule{{Prefix: "b/", Access: api.AccessRead}, {Prefix: "d/", Access: api.AccessWrite}}}
-	all := &authorizer{keys: []api.ACLKeyRule{{Prefix: "", Access: api.AccessRead}}}
-	tests := []struct {
-		az       *authorizer
-		key, end string
-		want     string
-		wantNone bool
-	}{
-		{az, "a", "", "b/", false},
-		{az, "b/x", "", "b/x", false},
-		{az, "c", "", "d/", false},
-		{az, "c", "d/", "", true},
-		{az, "e", "", "", true},
-		{all, aclPrefix + "tokens/x", "", string(fsm.PrefixEnd([]byte(aclPrefix))), false},
-		{all, "k", "", "k", false},
-	}
-	for i, tt := range tests {
-		got := tt.az.nextReadable([]byte(tt.key), []byte(tt.end))
-		if (got == nil) != tt.wantNone || (got != nil && string(got) != tt.want) {
-			t.Errorf("#%d: nextReadable(%q, %q) = %q, want %q (none %v)", i, tt.key, tt.end, got, tt.want, tt.wantNone)
-		}
-	}
-}

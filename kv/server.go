@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/lease"
 	"golang.org/x/net/http2"
 	//lint:ignore SA1019 http.Server.Protocols peeks for the preface before HTTP/1 parsing (see Serve)
@@ -75,7 +76,7 @@ type Server struct {
 
 	// acl is the node's view of the ACL records (acl.go); nil until first read.
 	// aclRefresh is when an unknown token last made it re-read them at the leader.
-	acl        atomic.Pointer[aclState]
+	acl        atomic.Pointer[acl.State]
 	aclRefresh atomic.Int64
 	// aclConfirmed: acl has been read at the leader once (authenticate).
 	aclConfirmed atomic.Bool

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
 )
@@ -104,7 +105,7 @@ type streamConn struct {
 // newStreamConn registers a stream with the server (so Shutdown closes it); nil once
 // the server is shutting down. Every request of the stream runs with the rights of
 // az, the token of the upgrade request (nil: ACLs not enforced).
-func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader, az *authorizer) *streamConn {
+func (s *Server) newStreamConn(conn net.Conn, br *bufio.Reader, az *acl.Authorizer) *streamConn {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), authzKey{}, az))
 	c := &streamConn{s: s, conn: conn, src: sourceOf(conn), br: br, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, s.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest), flush: make(chan struct{}, 1),

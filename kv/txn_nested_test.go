@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/versions"
 )
@@ -25,7 +26,7 @@ func nestTxn(op fsm.Op) *fsm.Txn {
 // checkReservedWrites walking only the outer ops; compares checking only their key).
 func TestCheckTxnNested(t *testing.T) {
 	s := &Server{}
-	az := &authorizer{keys: []api.ACLKeyRule{{Prefix: "a/", Access: api.AccessWrite}}}
+	az := acl.NewAuthorizer(api.ACLPolicy{Keys: []api.ACLKeyRule{{Prefix: "a/", Access: api.AccessWrite}}})
 	if err := s.checkTxn(az, nestTxn(fsm.Op{Type: fsm.OpPut, Key: []byte("a/z"), Value: []byte{}})); err != nil {
 		t.Fatalf("a nested put within the token's rights: %v", err)
 	}

@@ -27,7 +27,7 @@ type watchSlots struct {
 // watchIdentity is whom ctx's watch is counted against ("": nobody in particular).
 func watchIdentity(ctx context.Context) string {
 	if az := authzOf(ctx); az != nil {
-		return az.accessor
+		return az.Accessor()
 	}
 	return ""
 }

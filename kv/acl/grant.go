@@ -1,7 +1,6 @@
-package kv
+package acl
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -9,15 +8,15 @@ import (
 )
 
 // No escalation. A token with the acl right manages tokens and policies, but only
-// within its own rights: every door that writes ACL records asks checkGrant first.
+// within its own rights: every door that writes ACL records asks CheckGrant first.
 //
 //   - a policy it writes may grant only rights it holds itself (else it could write a
 //     policy for its own token, or for a token it then creates);
 //   - a token it creates may carry only policies within its rights;
 //   - a token it deletes may hold only rights it holds (a lesser token cannot remove
 //     the management token);
-//   - the management policy is built in: no token changes or deletes it, so a
-//     management token always keeps every right.
+//   - the management policy is built in: no token changes or deletes it
+//     (CheckPolicyWritable), so a management token always keeps every right.
 //
 // A right is held when one of the caller's rules covers it: a key rule on a prefix of
 // the rule's prefix with at least its access (write covers read), a resource rule on
@@ -28,9 +27,9 @@ import (
 //	policy keys "" read             → beyond ("" is not under app/)
 //	policy operator snapshot, or *  → beyond
 
-// beyond returns a description of the first right p grants that a does not hold, or
-// "" when a holds them all (a nil authorizer holds everything).
-func (a *authorizer) beyond(p api.ACLPolicy) string {
+// Beyond returns a description of the first right p grants that a does not hold, or
+// "" when a holds them all (a nil Authorizer holds everything).
+func (a *Authorizer) Beyond(p api.ACLPolicy) string {
 	if a == nil {
 		return ""
 	}
@@ -52,7 +51,7 @@ func (a *authorizer) beyond(p api.ACLPolicy) string {
 	return ""
 }
 
-func (a *authorizer) holdsKeys(k api.ACLKeyRule) bool {
+func (a *Authorizer) holdsKeys(k api.ACLKeyRule) bool {
 	write := k.Access == api.AccessWrite
 	for _, r := range a.keys {
 		if grants(r.Access, write) && strings.HasPrefix(k.Prefix, r.Prefix) {
@@ -62,7 +61,7 @@ func (a *authorizer) holdsKeys(k api.ACLKeyRule) bool {
 	return false
 }
 
-func (a *authorizer) holdsResource(k api.ACLResourceRule) bool {
+func (a *Authorizer) holdsResource(k api.ACLResourceRule) bool {
 	write := k.Access == api.AccessWrite
 	for _, r := range a.resources {
 		if grants(r.Access, write) && (r.Group == "*" || r.Group == k.Group) && (r.Resource == "*" || r.Resource == k.Resource) {
@@ -72,37 +71,15 @@ func (a *authorizer) holdsResource(k api.ACLResourceRule) bool {
 	return false
 }
 
-// checkGrant refuses to hand out (or take away) the rights of policies unless ctx's
-// token holds every one of them. what says what the request does ("create a token").
-func checkGrant(ctx context.Context, what string, policies ...api.ACLPolicy) error {
-	az := authzOf(ctx)
+// CheckGrant refuses (ErrForbidden) to hand out or take away the rights of policies
+// unless a holds every one of them. what says what the request does ("create a
+// token").
+func (a *Authorizer) CheckGrant(what string, policies ...api.ACLPolicy) error {
 	for _, p := range policies {
-		if d := az.beyond(p); d != "" {
+		if d := a.Beyond(p); d != "" {
 			return fmt.Errorf("%w: cannot %s: policy %q grants %s, which the calling token does not hold "+
 				"(a token manages only rights it has)", ErrForbidden, what, p.Name, d)
 		}
 	}
 	return nil
-}
-
-// checkPolicyWritable refuses any change to the built-in management policy (400, as
-// its deletion always was).
-func checkPolicyWritable(name string) error {
-	if name == api.ManagementPolicy {
-		return fmt.Errorf("acl policy: %w: %q is built in and cannot be changed or deleted, so that a management "+
-			"token always holds every right", ErrInvalidBody, name)
-	}
-	return nil
-}
-
-// tokenPolicies returns the policies of st that names name (a missing one grants
-// nothing and is left out).
-func tokenPolicies(st *aclState, names []string) []api.ACLPolicy {
-	out := make([]api.ACLPolicy, 0, len(names))
-	for _, n := range names {
-		if p, ok := st.policies[n]; ok {
-			out = append(out, p)
-		}
-	}
-	return out
 }

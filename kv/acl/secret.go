@@ -1,4 +1,4 @@
-package kv
+package acl
 
 import (
 	"crypto/rand"
@@ -14,7 +14,7 @@ import (
 //
 //	keel_3q2-7wAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
 //
-// Only its SHA-256 is stored (in Raft, under aclTokensPrefix); the secret is shown
+// Only its SHA-256 is stored (in Raft, under TokensPrefix); the secret is shown
 // once, in the answer that created it. A request carries it as
 // `Authorization: Bearer <secret>`. 256 bits of entropy make an unsalted hash safe:
 // the stored hash cannot be turned back into a secret, and a lookup by hash leaks
@@ -27,15 +27,8 @@ const (
 	maxAuthHeader = 256
 )
 
-// Errors of token parsing. Their messages never contain the token.
-var (
-	errNoToken        = errors.New("no token: this request needs `Authorization: Bearer <secret>` (keel -token or KEEL_TOKEN)")
-	errMalformedToken = errors.New("malformed token: want `Authorization: Bearer keel_...` with the secret keel printed at creation")
-	errUnknownToken   = errors.New("token not found: it was deleted, mistyped, or belongs to another cluster")
-)
-
-// newSecret returns a fresh random token secret.
-func newSecret() (string, error) {
+// NewSecret returns a fresh random token secret.
+func NewSecret() (string, error) {
 	var b [secretRandBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
@@ -43,49 +36,51 @@ func newSecret() (string, error) {
 	return secretPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// parseBearer extracts the secret of an Authorization header value: "Bearer SECRET"
+// ParseBearer extracts the secret of an Authorization header value: "Bearer SECRET"
 // (the scheme is case-insensitive, one or more spaces after it). An empty header is
-// errNoToken; anything else that is not a well-formed secret is errMalformedToken.
-func parseBearer(header string) (string, error) {
+// ErrNoToken; anything else that is not a well-formed secret is ErrMalformedToken.
+func ParseBearer(header string) (string, error) {
 	if header == "" {
-		return "", errNoToken
+		return "", ErrNoToken
 	}
 	if len(header) > maxAuthHeader {
-		return "", errMalformedToken
+		return "", ErrMalformedToken
 	}
 	scheme, rest, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", errMalformedToken
+		return "", ErrMalformedToken
 	}
 	secret := strings.TrimLeft(rest, " ")
-	if err := checkSecret(secret); err != nil {
+	if err := CheckSecret(secret); err != nil {
 		return "", err
 	}
 	return secret, nil
 }
 
-// checkSecret reports whether s has the shape of a secret newSecret makes.
-func checkSecret(s string) error {
+// CheckSecret reports whether s has the shape of a secret NewSecret makes.
+func CheckSecret(s string) error {
 	if len(s) != secretLen || !strings.HasPrefix(s, secretPrefix) {
-		return errMalformedToken
+		return ErrMalformedToken
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s[len(secretPrefix):])
 	if err != nil || len(b) != secretRandBytes {
-		return errMalformedToken
+		return ErrMalformedToken
 	}
 	return nil
 }
 
-// secretHash is the stored form of a secret.
-type secretHash [sha256.Size]byte
+// SecretHash is the stored form of a secret.
+type SecretHash [sha256.Size]byte
 
-func hashSecret(secret string) secretHash { return sha256.Sum256([]byte(secret)) }
+// HashSecret is the stored form of secret.
+func HashSecret(secret string) SecretHash { return sha256.Sum256([]byte(secret)) }
 
-func (h secretHash) String() string { return hex.EncodeToString(h[:]) }
+// String is the hex form of h (what names the token's record).
+func (h SecretHash) String() string { return hex.EncodeToString(h[:]) }
 
-// parseSecretHash decodes the hex form of a stored hash.
-func parseSecretHash(s string) (secretHash, error) {
-	var h secretHash
+// ParseSecretHash decodes the hex form of a stored hash.
+func ParseSecretHash(s string) (SecretHash, error) {
+	var h SecretHash
 	b, err := hex.DecodeString(s)
 	if err != nil || len(b) != len(h) {
 		return h, errors.New("kv: acl: bad secret hash")
@@ -94,8 +89,8 @@ func parseSecretHash(s string) (secretHash, error) {
 	return h, nil
 }
 
-// newAccessorID returns a random public ID for a token (16 bytes, hex).
-func newAccessorID() (string, error) {
+// NewAccessorID returns a random public ID for a token (16 bytes, hex).
+func NewAccessorID() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err

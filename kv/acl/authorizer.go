@@ -1,0 +1,213 @@
+package acl
+
+import (
+	"bytes"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// Authorizer answers what one token may do. A nil *Authorizer allows everything (ACLs
+// not enforced); every method is safe on nil. An Authorizer is immutable: a policy
+// change makes a new State with new Authorizers ([State.Current] finds the new one).
+type Authorizer struct {
+	accessor  string
+	hash      SecretHash // of the token's secret: finds the token's current rights (State.Current)
+	keys      []api.ACLKeyRule
+	resources []api.ACLResourceRule
+	operator  map[string]bool
+	guard     Guard // typed resources' key ranges (guard.go); nil: none
+}
+
+// NewAuthorizer returns the rights the policies grant together, for no token in
+// particular and with no Guard: the Authorizers of tokens come from [Load]. It is for
+// checks of rules alone (and tests).
+func NewAuthorizer(policies ...api.ACLPolicy) *Authorizer {
+	a := &Authorizer{operator: map[string]bool{}}
+	for _, p := range policies {
+		a.keys = append(a.keys, p.Keys...)
+		a.resources = append(a.resources, p.Resources...)
+		for _, r := range p.Operator {
+			a.operator[r] = true
+		}
+	}
+	return a
+}
+
+// WithGuard returns a copy of a that checks raw reads of typed resources' keys
+// against g.
+func (a *Authorizer) WithGuard(g Guard) *Authorizer {
+	c := *a
+	c.guard = g
+	return &c
+}
+
+// Accessor is the public ID of the token ("" for no token).
+func (a *Authorizer) Accessor() string {
+	if a == nil {
+		return ""
+	}
+	return a.accessor
+}
+
+// Hash is the hash of the token's secret: the caller's identity when a write is
+// forwarded to the leader.
+func (a *Authorizer) Hash() SecretHash {
+	if a == nil {
+		return SecretHash{}
+	}
+	return a.hash
+}
+
+func grants(access string, write bool) bool {
+	return access == api.AccessWrite || (!write && access == api.AccessRead)
+}
+
+// Right reports whether the token holds operator right r.
+func (a *Authorizer) Right(r string) bool {
+	return a == nil || a.operator[api.RightAll] || a.operator[r]
+}
+
+// Key reports whether the token may read (or write) key. The ACL records themselves
+// need the acl right whatever the key rules say; a typed resource's keys need the
+// right on the resource too (guard.go).
+func (a *Authorizer) Key(key []byte, write bool) bool {
+	if a == nil {
+		return true
+	}
+	if bytes.HasPrefix(key, []byte(Prefix)) && !a.Right(api.RightACL) {
+		return false
+	}
+	if a.guardedKey(key, write) {
+		return false
+	}
+	for _, r := range a.keys {
+		if grants(r.Access, write) && bytes.HasPrefix(key, []byte(r.Prefix)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Span reports whether the token may read (or write) every key of [start, end)
+// (end empty = to the end of the keyspace): one rule must cover the whole range.
+func (a *Authorizer) Span(start, end []byte, write bool) bool {
+	if a == nil {
+		return true
+	}
+	if overlaps(start, end, []byte(Prefix)) && !a.Right(api.RightACL) {
+		return false
+	}
+	if a.guardedSpan(start, end, write) {
+		return false
+	}
+	for _, r := range a.keys {
+		if !grants(r.Access, write) || !bytes.HasPrefix(start, []byte(r.Prefix)) {
+			continue
+		}
+		re := fsm.PrefixEnd([]byte(r.Prefix))
+		if re == nil || (len(end) > 0 && bytes.Compare(end, re) <= 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// Some reports whether the token may read at least one key of [start, end): a list
+// or watch of the range is then served, filtered by Key.
+func (a *Authorizer) Some(start, end []byte) bool {
+	if a == nil {
+		return true
+	}
+	for _, r := range a.keys {
+		if overlaps(start, end, []byte(r.Prefix)) {
+			return true
+		}
+	}
+	return false
+}
+
+// NextReadable returns the smallest key >= key and < end (end empty = no end) the
+// token may read by its rules, or nil when there is none. It is computed from the
+// rules alone, never from the data: a scan that resumes there names no key the token
+// cannot read.
+//
+//	rules: read "b/", read "d/"; no acl right
+//	NextReadable("a")   = "b/"      (the next rule's prefix)
+//	NextReadable("b/x") = "b/x"     (readable itself)
+//	NextReadable("c")   = "d/"
+//	NextReadable("e")   = nil
+func (a *Authorizer) NextReadable(key, end []byte) []byte {
+	if key == nil {
+		key = []byte{} // the start of the keyspace, told apart from "none"
+	}
+	if a == nil {
+		return key
+	}
+	// Each round returns, or moves past the ACL records (without the acl right) or a
+	// resource's range the token may not read, or to the next rule's prefix: bounded
+	// by the number of those.
+	for range 3 + len(a.keys) + len(a.guards()) {
+		if len(end) > 0 && bytes.Compare(key, end) >= 0 {
+			return nil
+		}
+		if a.Key(key, false) {
+			return key
+		}
+		var next []byte
+		if bytes.HasPrefix(key, []byte(Prefix)) && !a.Right(api.RightACL) {
+			next = fsm.PrefixEnd([]byte(Prefix))
+		} else if past := a.pastGuarded(key); past != nil {
+			if len(past) == 0 {
+				return nil
+			}
+			key = past
+			continue
+		}
+		for _, r := range a.keys {
+			p := []byte(r.Prefix)
+			if grants(r.Access, false) && bytes.Compare(p, key) > 0 && (next == nil || bytes.Compare(p, next) < 0) {
+				next = p
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		key = next
+	}
+	return nil
+}
+
+// overlaps reports whether [start, end) (end empty = no end) meets the keys with
+// prefix p.
+func overlaps(start, end, p []byte) bool {
+	pe := fsm.PrefixEnd(p)
+	return (pe == nil || bytes.Compare(start, pe) < 0) && (len(end) == 0 || bytes.Compare(end, p) > 0)
+}
+
+// Resource reports whether the token may read (or write) objects of group/resource.
+func (a *Authorizer) Resource(group, resource string, write bool) bool {
+	if a == nil {
+		return true
+	}
+	for _, r := range a.resources {
+		if grants(r.Access, write) && (r.Group == "*" || r.Group == group) &&
+			(r.Resource == "*" || r.Resource == resource) {
+			return true
+		}
+	}
+	return false
+}
+
+// AnyWrite reports whether the token may write some key (leases are for writers).
+func (a *Authorizer) AnyWrite() bool {
+	if a == nil {
+		return true
+	}
+	for _, r := range a.keys {
+		if r.Access == api.AccessWrite {
+			return true
+		}
+	}
+	return false
+}
