@@ -44,6 +44,9 @@ type ProcConfig struct {
 	// key migrations need (members announce what they support in gossip metadata).
 	// Off: the first node -bootstraps and the others -join its Raft address.
 	Gossip bool
+	// Etcd serves the etcd v3 gRPC API on every node (-etcd-addr, a port of the node's
+	// own IP; see EtcdAddr), for workloads that drive keel through etcd's client.
+	Etcd bool
 	// Remover removes a voter through some node's API with the cluster's ACL token
 	// ("" for none) (nil: FaultRemove unsupported).
 	Remover func(ctx context.Context, httpAddr, id, token string) error
@@ -80,6 +83,7 @@ type procNode struct {
 	id, ip                       string
 	httpAddr, raftAddr, advAddr  string
 	gossipAddr                   string // "" without ProcConfig.Gossip
+	etcdAddr                     string // "" without ProcConfig.Etcd
 	dataDir, logPath, fillerPath string
 	tmpfs                        bool
 	cl                           *client.Client
@@ -229,9 +233,12 @@ func (c *ProcCluster) newNode(tmpfs bool) (*procNode, error) {
 	ip := fmt.Sprintf("127.%d.0.%d", c.cfg.Subnet, 10+k)
 	n := &procNode{id: id, ip: ip, dataDir: filepath.Join(c.cfg.Dir, id), logPath: filepath.Join(c.cfg.Dir, id+".log")}
 	n.fillerPath = filepath.Join(n.dataDir, "chaos-filler")
-	ports, err := freePorts(ip, 4)
+	ports, err := freePorts(ip, 5)
 	if err != nil {
 		return nil, err
+	}
+	if c.cfg.Etcd {
+		n.etcdAddr = net.JoinHostPort(ip, fmt.Sprint(ports[4]))
 	}
 	n.httpAddr = net.JoinHostPort(ip, fmt.Sprint(ports[0]))
 	n.raftAddr = net.JoinHostPort(ip, fmt.Sprint(ports[1]))
@@ -301,6 +308,9 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	}
 	if c.cfg.LogFaults {
 		args = append(args, "-test-log-faults", c.logControl(n.id))
+	}
+	if n.etcdAddr != "" {
+		args = append(args, "-etcd-addr", n.etcdAddr)
 	}
 	c.mu.Lock()
 	bin, extra := c.cfg.Bin, c.cfg.ExtraArgs
@@ -412,6 +422,9 @@ func (c *ProcCluster) Client(id string) *client.Client {
 
 // HTTPAddr is the node's HTTP address.
 func (c *ProcCluster) HTTPAddr(id string) string { return c.node(id).httpAddr }
+
+// EtcdAddr is the node's etcd API address ("" without ProcConfig.Etcd).
+func (c *ProcCluster) EtcdAddr(id string) string { return c.node(id).etcdAddr }
 
 // Incarnation implements Cluster.
 func (c *ProcCluster) Incarnation(id string) int {

@@ -71,11 +71,12 @@ func ReadTimeline(ctx context.Context, cl *client.Client, to int64) (*Timeline, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return diffStates(states, compactedBelow+1, to), nil
+	return DiffStates(states, compactedBelow+1, to), nil
 }
 
-// diffStates turns the keyspace at each revision into per-revision changes.
-func diffStates(states []map[string]api.KV, from, to int64) *Timeline {
+// DiffStates turns the keyspace at each revision (states[r], r in [from, to]) into
+// per-revision changes; other doors' histories (chaos/etcd) are read back with it too.
+func DiffStates(states []map[string]api.KV, from, to int64) *Timeline {
 	tl := &Timeline{From: from, To: to, Changes: map[int64]*RevChange{}}
 	prev := map[string]api.KV{}
 	if from > 1 {

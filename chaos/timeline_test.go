@@ -20,7 +20,7 @@ func TestDiffStates(t *testing.T) {
 		{"a": kv("a", "x", 1), "b": kv("b", "y", 2)},
 		{"b": kv("b", "z", 3)},
 	}
-	tl := diffStates(states, 1, 3)
+	tl := DiffStates(states, 1, 3)
 	want := map[int64]*RevChange{
 		1: {Puts: map[string]string{"a": "x"}},
 		2: {Puts: map[string]string{"b": "y"}},
@@ -29,7 +29,7 @@ func TestDiffStates(t *testing.T) {
 	if !reflect.DeepEqual(tl.Changes, want) || !tl.Complete() {
 		t.Errorf("changes = %+v, want %+v", tl.Changes, want)
 	}
-	if tl := diffStates(states, 2, 3); tl.Complete() || tl.Changes[2] != nil || tl.Changes[3] == nil {
+	if tl := DiffStates(states, 2, 3); tl.Complete() || tl.Changes[2] != nil || tl.Changes[3] == nil {
 		t.Errorf("compacted below 2: changes = %+v, want only revision 3", tl.Changes)
 	}
 }
