@@ -69,7 +69,8 @@ type Result struct {
 	Injected int
 	Report   chaos.Report
 	Counts   chaos.RunCounts
-	Problems []string // failures outside the history: crashes, no convergence, floors, fail-fast
+	Problems []string // failures outside the history: crashes, no convergence, floors, fail-fast, node states
+	Nodes    []chaos.NodeState
 	Elapsed  time.Duration
 	Records  []chaos.Record
 }
@@ -89,9 +90,9 @@ func (r *Result) Summary() string {
 			unknown++
 		}
 	}
-	return fmt.Sprintf("CHAOS-ETCD %s scenario=%s seed=%d faults=%d/%d ops=%d acked_writes=%d lin_reads=%d min_ops_per_fault=%d checked_key_ops=%d unknown_writes=%d (settled from MVCC: %d applied, %d still unknown) failed=%d linearizable=%s elapsed=%s",
+	return fmt.Sprintf("CHAOS-ETCD %s scenario=%s seed=%d faults=%d/%d ops=%d acked_writes=%d lin_reads=%d min_ops_per_fault=%d checked_key_ops=%d unknown_writes=%d (from the MVCC history: %d applied, %d never, %d still unknown) failed=%d linearizable=%s elapsed=%s",
 		verdict, r.Scenario, r.Seed, r.Injected, len(r.Schedule.Steps), r.Report.Records, r.Counts.AckedWrites, r.Counts.LinearizableReads,
-		r.Counts.MinOpsPerFault, r.Report.KeyOps, unknown, r.Report.Resolved, r.Report.Unknown, r.Report.Failed, r.Report.Linearizable, r.Elapsed.Round(time.Second))
+		r.Counts.MinOpsPerFault, r.Report.KeyOps, unknown, r.Report.Resolved, unknown-r.Report.Resolved-r.Report.Unknown, r.Report.Unknown, r.Report.Failed, r.Report.Linearizable, r.Elapsed.Round(time.Second))
 }
 
 // finalKey is the key of the write made after healing (it must be acknowledged).
@@ -142,11 +143,21 @@ func Run(ctx context.Context, sc Scenario, opt Options) (*Result, error) {
 	}
 	tl, problems := afterFaults(ctx, c, h, w, opt.Logf)
 	out.Problems = append(out.Problems, problems...)
+	nctx, ncancel := context.WithTimeout(ctx, 20*time.Second)
+	out.Nodes, err = ReadNodeStates(nctx, c)
+	ncancel()
+	if err != nil {
+		out.Problems = append(out.Problems, "read every node's state through its etcd door: "+err.Error())
+	}
+	for _, st := range out.Nodes {
+		opt.Logf("node %s: %d keys at revision %d, hash %s", st.Node, len(st.KVs), st.Revision, st.Hash())
+	}
 	// The fault runner probes cut-off nodes over HTTP (chaos.FailFastLimit): a
 	// problem there is keel's, whichever door the workload uses.
 	out.Problems = append(out.Problems, runner.FailFastProblems()...)
 	out.Records = h.Records()
-	out.Report, out.Counts, problems = Judge(out.Records, w, tl, sc.Faults, out.Schedule, out.Events, opt.Floors)
+	out.Report, out.Counts, problems = Judge(RunData{Records: out.Records, Timeline: tl, Nodes: out.Nodes,
+		Specs: sc.Faults, Schedule: out.Schedule, Events: out.Events}, w, opt.Floors)
 	out.Problems = append(out.Problems, problems...)
 	out.Elapsed = time.Since(start)
 	if !out.OK() && opt.Artifacts != "" {
@@ -157,20 +168,35 @@ func Run(ctx context.Context, sc Scenario, opt Options) (*Result, error) {
 	return out, nil
 }
 
-// Judge checks a finished history with chaos's checker: the floors (enough
-// acknowledged writes and linearizable reads, every fault injected and overlapped by
-// enough operations) and chaos.Check (unknown outcomes settled from the MVCC history,
-// every acknowledged write in it, no phantom values, porcupine against chaos.KVModel,
-// serializable reads, scan pages, durability of the final reads).
-func Judge(records []chaos.Record, w Workload, tl *chaos.Timeline, specs []chaos.FaultSpec, sch chaos.Schedule,
-	events []chaos.FaultEvent, floors chaos.Floors) (chaos.Report, chaos.RunCounts, []string) {
-	counts, problems := chaos.CheckFloors(records, specs, sch, events, floors)
-	if tl == nil {
+// RunData is what a finished run recorded that Judge reads.
+type RunData struct {
+	Records  []chaos.Record
+	Timeline *chaos.Timeline   // the MVCC history read back through the door
+	Nodes    []chaos.NodeState // every node's keyspace read through its own door
+	Specs    []chaos.FaultSpec
+	Schedule chaos.Schedule
+	Events   []chaos.FaultEvent
+}
+
+// Judge checks a finished run with chaos's checker: the floors (enough acknowledged
+// writes and linearizable reads, every fault injected and overlapped by enough
+// operations), chaos.Check (unknown outcomes settled from the MVCC history, every
+// acknowledged write in it, no phantom values, porcupine against chaos.KVModel,
+// serializable reads, scan pages, durability of the final reads) and chaos.CheckNodes
+// (every node holds every acknowledged write, no value nobody wrote, all nodes alike).
+func Judge(d RunData, w Workload, floors chaos.Floors) (chaos.Report, chaos.RunCounts, []string) {
+	counts, problems := chaos.CheckFloors(d.Records, d.Specs, d.Schedule, d.Events, floors)
+	if d.Timeline == nil {
 		problems = append(problems, "no MVCC history: unknown outcomes could not be settled, acknowledged writes not looked up")
 	}
 	keys := append(append([]string(nil), w.Keys...), finalKey)
-	rep := chaos.Check(records, keys, w.Prefix, tl, 2*time.Minute)
-	rep.Annotate(events)
+	rep := chaos.Check(d.Records, keys, w.Prefix, d.Timeline, 2*time.Minute)
+	rep.Annotate(d.Events)
+	if len(d.Nodes) == 0 {
+		problems = append(problems, "no node's final state was read: nothing checked node by node")
+	}
+	resolved, _ := chaos.Resolve(d.Records, d.Timeline, w.Prefix)
+	problems = append(problems, chaos.CheckNodes(resolved, d.Timeline, d.Nodes, w.Prefix)...)
 	return rep, counts, problems
 }
 

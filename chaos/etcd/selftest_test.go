@@ -84,63 +84,78 @@ func cleanStory(t *testing.T) (*story, []map[string]api.KV) {
 	return s, states
 }
 
-func judge(records []chaos.Record, states []map[string]api.KV) chaos.Report {
-	w := DefaultWorkload()
+// judge checks the story with every node holding the final keyspace (nodes), as
+// Run's checks would.
+func judge(records []chaos.Record, states []map[string]api.KV, nodes []chaos.NodeState) (chaos.Report, []string) {
 	tl := chaos.DiffStates(states, 1, int64(len(states)-1))
-	rep, _, _ := Judge(records, w, tl, nil, chaos.Schedule{}, nil, chaos.Floors{})
-	return rep
+	rep, _, problems := Judge(RunData{Records: records, Timeline: tl, Nodes: nodes}, DefaultWorkload(), chaos.Floors{})
+	return rep, problems
+}
+
+// finalNodes is three nodes that each hold the clean story's last state.
+func finalNodes() []chaos.NodeState {
+	var out []chaos.NodeState
+	for _, id := range []string{"n1", "n2", "n3"} {
+		out = append(out, chaos.NodeState{Node: id, Revision: 5,
+			KVs: []api.KV{{Key: "k/0", Value: []byte("c"), CreateRevision: 2, ModRevision: 4, Version: 3}}})
+	}
+	return out
 }
 
 func TestCheckerPassesCleanHistory(t *testing.T) {
 	s, states := cleanStory(t)
-	if rep := judge(s.records, states); !rep.OK() {
-		t.Fatalf("clean history failed: %s %v", rep, rep.Violations)
+	if rep, problems := judge(s.records, states, finalNodes()); !rep.OK() || len(problems) > 0 {
+		t.Fatalf("clean history failed: %s %v %v", rep, rep.Violations, problems)
 	}
 }
 
 func TestCheckerCatches(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		mutate func(s *story, states []map[string]api.KV)
-		want   string // a violation containing this; "" = porcupine says illegal
+		mutate func(s *story, states []map[string]api.KV, nodes []chaos.NodeState)
+		want   string // a violation or problem containing this; "" = porcupine says illegal
 	}{
-		{"stale read", func(s *story, _ []map[string]api.KV) {
+		{"stale read", func(s *story, _ []map[string]api.KV, _ []chaos.NodeState) {
 			// The read after the CAS returned shows the value the CAS replaced.
 			if err := FillGet(&s.records[3], getResp(3, kv("k/0", "a", 2))); err != nil {
 				t.Fatal(err)
 			}
 		}, ""},
-		{"acknowledged write lost", func(_ *story, states []map[string]api.KV) {
+		{"acknowledged write lost", func(_ *story, states []map[string]api.KV, _ []chaos.NodeState) {
 			// Revision 3 (the CAS to "b") is not in the store's history.
 			states[3] = states[2]
 		}, "acknowledged write lost"},
-		{"value nobody wrote", func(s *story, _ []map[string]api.KV) {
+		{"value nobody wrote", func(s *story, _ []map[string]api.KV, _ []chaos.NodeState) {
 			s.records[1].GotValue = "z"
 		}, ""},
-		{"write said not applied but applied", func(s *story, _ []map[string]api.KV) {
+		{"write said not applied but applied", func(s *story, _ []map[string]api.KV, _ []chaos.NodeState) {
 			// etcd's "no leader" means the write never reached the log; a later read
 			// sees it anyway.
 			s.records[2].Outcome = Classify(rpctypes.ErrNoLeader, true)
 		}, ""},
-		{"scan page over its limit", func(s *story, _ []map[string]api.KV) {
+		{"scan page over its limit", func(s *story, _ []map[string]api.KV, _ []chaos.NodeState) {
 			s.records[5].PageSizes = []int{2}
 		}, "limit"},
-		{"final read lost the last write", func(s *story, _ []map[string]api.KV) {
+		{"final read lost the last write", func(s *story, _ []map[string]api.KV, _ []chaos.NodeState) {
 			s.records[7].GotValue, s.records[7].ModRev = "b", 3
 		}, ""},
+		{"a node lost the last write", func(_ *story, _ []map[string]api.KV, nodes []chaos.NodeState) {
+			nodes[1].KVs[0].Value, nodes[1].KVs[0].ModRevision = []byte("b"), 3
+		}, "node n2: acknowledged write lost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, states := cleanStory(t)
-			tc.mutate(s, states)
-			rep := judge(s.records, states)
-			if rep.OK() {
+			nodes := finalNodes()
+			tc.mutate(s, states, nodes)
+			rep, problems := judge(s.records, states, nodes)
+			if rep.OK() && len(problems) == 0 {
 				t.Fatalf("checker passed a broken history: %s", rep)
 			}
 			if tc.want == "" && rep.Linearizable != porcupine.Illegal {
 				t.Fatalf("want a linearizability violation, got %s %v", rep.Linearizable, rep.Violations)
 			}
-			if tc.want != "" && !strings.Contains(strings.Join(rep.Violations, "\n"), tc.want) {
-				t.Fatalf("want a violation with %q, got %v", tc.want, rep.Violations)
+			if all := strings.Join(append(rep.Violations, problems...), "\n"); tc.want != "" && !strings.Contains(all, tc.want) {
+				t.Fatalf("want a violation with %q, got %s", tc.want, all)
 			}
 		})
 	}

@@ -72,3 +72,27 @@ func keyspaceAt(ctx context.Context, cl *clientv3.Client, rev int64) (map[string
 	}
 	return m, nil
 }
+
+// ReadNodeStates waits until every member has the same applied index and revision
+// (chaos.Converge; traffic has stopped) and lists each member's keyspace at that
+// revision through its own etcd door, serializable: what each node holds locally.
+func ReadNodeStates(ctx context.Context, c *cluster) ([]chaos.NodeState, error) {
+	rev, err := chaos.Converge(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var out []chaos.NodeState
+	for _, id := range c.Members() {
+		resp, err := c.Etcd(id).Get(ctx, "", clientv3.WithFromKey(), clientv3.WithRev(rev), clientv3.WithSerializable())
+		if err != nil {
+			return out, fmt.Errorf("keyspace of %s at revision %d: %w", id, rev, err)
+		}
+		s := chaos.NodeState{Node: id, Revision: rev}
+		for _, kv := range resp.Kvs {
+			s.KVs = append(s.KVs, api.KV{Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision,
+				ModRevision: kv.ModRevision, Version: kv.Version})
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
