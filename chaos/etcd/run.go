@@ -130,28 +130,11 @@ func Run(ctx context.Context, sc Scenario, opt Options) (*Result, error) {
 	defer c.Close()
 
 	h := chaos.NewHistory()
-	runner := chaos.NewFaultRunner(c, h, opt.Logf)
-	var wg sync.WaitGroup
-	var werr error
-	wg.Add(2)
-	go func() { defer wg.Done(); werr = w.Run(ctx, c, h, opt.Seed) }()
-	go func() { defer wg.Done(); runner.Run(ctx, out.Schedule) }()
-	wg.Wait()
-	out.Events, out.Injected = runner.Events(), runner.Injected()
-	if werr != nil {
-		out.Problems = append(out.Problems, "workload: "+werr.Error())
-	}
-	tl, problems := afterFaults(ctx, c, h, w, opt.Logf)
+	runner := traffic(ctx, c, h, w, out, opt)
+	var tl *chaos.Timeline
+	var problems []string
+	tl, out.Nodes, problems = afterFaults(ctx, c, h, w, opt.Logf)
 	out.Problems = append(out.Problems, problems...)
-	nctx, ncancel := context.WithTimeout(ctx, 20*time.Second)
-	out.Nodes, err = ReadNodeStates(nctx, c)
-	ncancel()
-	if err != nil {
-		out.Problems = append(out.Problems, "read every node's state through its etcd door: "+err.Error())
-	}
-	for _, st := range out.Nodes {
-		opt.Logf("node %s: %d keys at revision %d, hash %s", st.Node, len(st.KVs), st.Revision, st.Hash())
-	}
 	// The fault runner probes cut-off nodes over HTTP (chaos.FailFastLimit): a
 	// problem there is keel's, whichever door the workload uses.
 	out.Problems = append(out.Problems, runner.FailFastProblems()...)
@@ -166,6 +149,23 @@ func Run(ctx context.Context, sc Scenario, opt Options) (*Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// traffic runs the workload while the fault runner injects out.Schedule, and records
+// what the faults did in out.
+func traffic(ctx context.Context, c *cluster, h *chaos.History, w Workload, out *Result, opt Options) *chaos.FaultRunner {
+	runner := chaos.NewFaultRunner(c, h, opt.Logf)
+	var wg sync.WaitGroup
+	var werr error
+	wg.Add(2)
+	go func() { defer wg.Done(); werr = w.Run(ctx, c, h, opt.Seed) }()
+	go func() { defer wg.Done(); runner.Run(ctx, out.Schedule) }()
+	wg.Wait()
+	out.Events, out.Injected = runner.Events(), runner.Injected()
+	if werr != nil {
+		out.Problems = append(out.Problems, "workload: "+werr.Error())
+	}
+	return runner
 }
 
 // RunData is what a finished run recorded that Judge reads.
@@ -203,8 +203,24 @@ func Judge(d RunData, w Workload, floors chaos.Floors) (chaos.Report, chaos.RunC
 // afterFaults heals the cluster and reads what the check needs through the door: no
 // node crashed, all are ready and converge within 10 s, a final write is acknowledged,
 // every key is read linearizably (the reads join the history for the durability
-// check), and the MVCC history is read back from the leader's etcd door.
-func afterFaults(ctx context.Context, c *cluster, h *chaos.History, w Workload, logf func(string, ...any)) (*chaos.Timeline, []string) {
+// check), the MVCC history is read back from the leader's etcd door, and every node's
+// keyspace from its own.
+func afterFaults(ctx context.Context, c *cluster, h *chaos.History, w Workload, logf func(string, ...any)) (*chaos.Timeline, []chaos.NodeState, []string) {
+	tl, problems := healAndRead(ctx, c, h, w, logf)
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	states, err := ReadNodeStates(nctx, c)
+	if err != nil {
+		problems = append(problems, "read every node's state through its etcd door: "+err.Error())
+	}
+	for _, st := range states {
+		logf("node %s: %d keys at revision %d, hash %s", st.Node, len(st.KVs), st.Revision, st.Hash())
+	}
+	return tl, states, problems
+}
+
+// healAndRead is afterFaults up to the MVCC history.
+func healAndRead(ctx context.Context, c *cluster, h *chaos.History, w Workload, logf func(string, ...any)) (*chaos.Timeline, []string) {
 	var problems []string
 	for _, id := range c.Crashed() {
 		problems = append(problems, fmt.Sprintf("node %s exited without being stopped (see its log)", id))
