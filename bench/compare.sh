@@ -56,22 +56,20 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# etcd: $ETCD_BIN when set (e.g. ETCD_BIN=/usr/bin/etcd for Debian's 3.4), otherwise
+# etcd's own server at the release of the clientv3 the load generator uses, built from
+# the module proxy by the wrapper module bench/etcd (seconds once the modules are cached).
 ensure_etcd() {
-	if command -v etcd >/dev/null 2>&1; then
+	if [[ -n "${ETCD_BIN:-}" ]]; then
 		return
 	fi
-	echo "== installing Debian's etcd-server"
-	apt-cache policy etcd-server || true
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server
-	# The package enables a system etcd on :2379; it would share our 2 cores.
-	if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
-		systemctl stop etcd || true
-	fi
+	ETCD_BIN=$ROOT/bench/results/bin/etcd
+	echo "== building etcd from bench/etcd ($(awk '/etcd\/server/ {print $NF}' bench/etcd/go.mod))"
+	mkdir -p "$(dirname "$ETCD_BIN")"
+	(cd bench/etcd && go build -o "$ETCD_BIN" .)
 }
 
 ensure_etcd
-ETCD_BIN=$(command -v etcd)
 if pgrep -x etcd >/dev/null 2>&1; then
 	echo "warning: an etcd process not started by this script is running; it will skew the figures" >&2
 fi
