@@ -28,17 +28,24 @@ type keelCluster struct {
 	httpPorts         []int
 	raftPorts         []int
 	pprofPorts        []int // set when bin is keelprof (profiling runs)
+	etcdPorts         []int // keel's etcd v3 door (-etcd-addr), protocol "etcd" only
 	procs             []*proc
 	drv               *keelDriver
 	pprof             bool
-	protocol          string // "stream", "http" or "h2c": how single-key requests travel
+	protocol          string // "stream", "http", "h2c" or "etcd": how the workloads travel
+	// etcdDrv, protocol "etcd": etcd's clientv3 driver (the one the etcd runs use, same
+	// connections per member) pointed at keel's etcd door, so the same client and
+	// workload run against both. drv still does readiness and leader polling over HTTP.
+	etcdDrv *etcdDriver
 	// tls runs every port with TLS (certificates from bin's `keel tls` helpers, HTTP
 	// clients verified); otherwise the nodes run -insecure.
-	tls bool
+	tls       bool
+	etcdConns int
 }
 
-func newKeelCluster(bin, dir, pidFile string, pprof bool, protocol string, useTLS bool) *keelCluster {
-	return &keelCluster{bin: bin, dir: dir, pidFile: pidFile, pprof: pprof, protocol: protocol, tls: useTLS}
+// newKeelCluster: etcdConns is the gRPC connections per member of protocol "etcd".
+func newKeelCluster(bin, dir, pidFile string, pprof bool, protocol string, useTLS bool, etcdConns int) *keelCluster {
+	return &keelCluster{bin: bin, dir: dir, pidFile: pidFile, pprof: pprof, protocol: protocol, tls: useTLS, etcdConns: etcdConns}
 }
 
 // certDir holds the CA and the certificates of a TLS run.
@@ -71,6 +78,7 @@ func (c *keelCluster) Name() string { return "keel" }
 
 func (c *keelCluster) raftAddr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.raftPorts[i]) }
 func (c *keelCluster) httpAddr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.httpPorts[i]) }
+func (c *keelCluster) etcdAddr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.etcdPorts[i]) }
 
 func (c *keelCluster) startNode(i int, extra ...string) error {
 	name := fmt.Sprintf("k%d", i)
@@ -89,6 +97,9 @@ func (c *keelCluster) startNode(i int, extra ...string) error {
 	if c.pprof {
 		args = append(args, "-pprof-addr", fmt.Sprintf("127.0.0.1:%d", c.pprofPorts[i]))
 	}
+	if c.etcdDrv != nil {
+		args = append(args, "-etcd-addr", c.etcdAddr(i))
+	}
 	p, err := startProc(name, c.bin, args, filepath.Join(c.dir, name+".log"), c.pidFile)
 	if err != nil {
 		return err
@@ -101,11 +112,11 @@ func (c *keelCluster) Start(ctx context.Context) error {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return err
 	}
-	ports, err := freePorts(12)
+	ports, err := freePorts(16)
 	if err != nil {
 		return err
 	}
-	c.httpPorts, c.raftPorts, c.pprofPorts = ports[:4], ports[4:8], ports[8:]
+	c.httpPorts, c.raftPorts, c.pprofPorts, c.etcdPorts = ports[:4], ports[4:8], ports[8:12], ports[12:]
 	c.drv = newKeelDriver(c.protocol == "h2c")
 	scheme := "http://"
 	if c.tls {
@@ -117,6 +128,13 @@ func (c *keelCluster) Start(ctx context.Context) error {
 	}
 	for i := 0; i < 4; i++ {
 		c.drv.bases = append(c.drv.bases, scheme+c.httpAddr(i))
+	}
+	if c.protocol == "etcd" {
+		c.etcdDrv = newEtcdDriver(c.etcdConns)
+		c.etcdDrv.tls = c.drv.tlsCfg
+		for i := 0; i < 4; i++ {
+			c.etcdDrv.endpoints = append(c.etcdDrv.endpoints, scheme+c.etcdAddr(i))
+		}
 	}
 	if c.protocol == "stream" {
 		if err := c.drv.useStream(); err != nil {
@@ -197,7 +215,12 @@ func (c *keelCluster) Join(ctx context.Context) (int, error) {
 
 func (c *keelCluster) LogPath(i int) string { return c.procs[i].log.Name() }
 
-func (c *keelCluster) Driver() Driver { return c.drv }
+func (c *keelCluster) Driver() Driver {
+	if c.etcdDrv != nil {
+		return c.etcdDrv
+	}
+	return c.drv
+}
 
 func (c *keelCluster) Stop() {
 	for _, p := range c.procs {
@@ -205,6 +228,9 @@ func (c *keelCluster) Stop() {
 	}
 	if c.drv != nil {
 		c.drv.Close()
+	}
+	if c.etcdDrv != nil {
+		c.etcdDrv.Close()
 	}
 }
 

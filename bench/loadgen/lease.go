@@ -93,7 +93,7 @@ func (s *suite) leases(ctx context.Context, d Driver, lead int) {
 	}
 	name := fmt.Sprintf("leasegrant%d", s.cfg.clients)
 	wait := s.profileCPU(ctx, name, lead, s.cfg.warm, int(s.cfg.writeDur.Seconds())-1)
-	s.record(name, runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: grant}))
+	s.record(name, s.load(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: grant}))
 	wait()
 
 	ids := make([]int64, leaseKept)
@@ -112,6 +112,6 @@ func (s *suite) leases(ctx context.Context, d Driver, lead int) {
 	}
 	name = fmt.Sprintf("keepalive%d", s.cfg.clients)
 	wait = s.profileCPU(ctx, name, lead, s.cfg.warm, int(s.cfg.readDur.Seconds())-1)
-	s.record(name, runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.readDur, op: keep}))
+	s.record(name, s.load(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.readDur, op: keep}))
 	wait()
 }

@@ -83,10 +83,11 @@ func compareCmd(args []string) error {
 	work := fs.String("work", "", "scratch dir for data dirs and node logs (required)")
 	out := fs.String("out", "", "results dir (required)")
 	pidFile := fs.String("pids", "", "append each started server's PID to this file")
-	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member")
+	conns := fs.Int("etcd-conns", 4, "gRPC connections per etcd member (and per keel member with -keel-protocol etcd)")
 	useTLS := fs.Bool("tls", false, "run both systems with TLS on client and peer ports and client certificates required, "+
 		"certificates made by keel tls (same scheme for both); otherwise plain text (keel -insecure)")
-	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream, http (HTTP/1.1) or h2c (HTTP/2 cleartext)")
+	keelProto := fs.String("keel-protocol", "stream", "how keel's single-key reads and writes travel: stream, http (HTTP/1.1) or h2c (HTTP/2 cleartext); "+
+		"etcd: every workload through keel's etcd v3 door (-etcd-addr) with the etcd runs' clientv3 driver")
 	etcdProto := fs.String("etcd-protocol", "grpc", "how etcd's single-key reads and writes travel: grpc (clientv3) or gateway (its JSON gateway, /v3/kv/put and /v3/kv/range over HTTP/1.1)")
 	profileDir := fs.String("profile-dir", "", "capture CPU profiles of the leader and a follower during the main runs "+
 		"(keel needs -keel-bin pointing at keelprof; etcd gets --enable-pprof)")
@@ -140,15 +141,15 @@ func compareCmd(args []string) error {
 					return c
 				}
 			case "keel":
-				if *keelProto != "stream" && *keelProto != "http" && *keelProto != "h2c" {
-					return fmt.Errorf("-keel-protocol %q: want stream, http or h2c", *keelProto)
+				if *keelProto != "stream" && *keelProto != "http" && *keelProto != "h2c" && *keelProto != "etcd" {
+					return fmt.Errorf("-keel-protocol %q: want stream, http, h2c or etcd", *keelProto)
 				}
 				version = firstLine(*keelBin, "version") + " (" + *keelProto + ")"
 				if *useTLS {
 					version += " TLS"
 				}
 				newCl = func(sub string) Cluster {
-					return newKeelCluster(*keelBin, dir(sub), *pidFile, *profileDir != "", *keelProto, *useTLS)
+					return newKeelCluster(*keelBin, dir(sub), *pidFile, *profileDir != "", *keelProto, *useTLS, *conns)
 				}
 			default:
 				return fmt.Errorf("unknown system %q", sys)

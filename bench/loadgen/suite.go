@@ -113,8 +113,16 @@ func (s *suite) fail(phase string, err error) {
 
 func (s *suite) record(name string, st Stats) {
 	s.res.Stats[name] = st
-	log.Printf("[%s] %-14s clients=%-3d ops/s=%9.1f p50=%7.2fms p99=%7.2fms max=%7.1fms errors=%d %s",
-		s.res.System, name, st.Clients, st.OpsPerSec, st.P50Ms, st.P99Ms, st.MaxMs, st.Errors, st.FirstErr)
+	log.Printf("[%s] %-14s clients=%-3d ops/s=%9.1f p50=%7.2fms p99=%7.2fms max=%7.1fms cpu µs/op client=%.1f servers=%.1f errors=%d %s",
+		s.res.System, name, st.Clients, st.OpsPerSec, st.P50Ms, st.P99Ms, st.MaxMs, st.ClientCPUUs, st.ServerCPUUs, st.Errors, st.FirstErr)
+}
+
+// load is runLoad counting the running cluster's server CPU per operation too.
+func (s *suite) load(ctx context.Context, spec loadSpec) Stats {
+	if s.cl != nil {
+		spec.pids = s.cl.PIDs()
+	}
+	return runLoad(ctx, spec)
 }
 
 // run executes the whole suite: cluster A for throughput, scans and compaction; a
@@ -210,7 +218,7 @@ func (s *suite) writes(ctx context.Context, d Driver, lead int) {
 	for _, c := range []int{1, s.cfg.clients} {
 		name := fmt.Sprintf("write%d", c)
 		wait := s.profileCPU(ctx, name, lead, s.cfg.warm, int(s.cfg.writeDur.Seconds())-1)
-		st := runLoad(ctx, loadSpec{clients: c, warm: s.cfg.warm, dur: s.cfg.writeDur, op: s.writeOp(d, toLeader)})
+		st := s.load(ctx, loadSpec{clients: c, warm: s.cfg.warm, dur: s.cfg.writeDur, op: s.writeOp(d, toLeader)})
 		wait()
 		s.record(name, st)
 	}
@@ -235,7 +243,7 @@ func (s *suite) reads(ctx context.Context, d Driver, lead int) {
 			}
 			name := fmt.Sprintf("%s%d", kind, c)
 			wait := s.profileCPU(ctx, name, lead, s.cfg.warm, int(s.cfg.readDur.Seconds())-1)
-			st := runLoad(ctx, loadSpec{clients: c, warm: s.cfg.warm, dur: s.cfg.readDur, op: s.readOp(d, node, ser)})
+			st := s.load(ctx, loadSpec{clients: c, warm: s.cfg.warm, dur: s.cfg.readDur, op: s.readOp(d, node, ser)})
 			wait()
 			s.record(name, st)
 		}
@@ -253,7 +261,7 @@ func (s *suite) mixed(ctx context.Context, d Driver) {
 		}
 		return write(ctx, w, rng)
 	}
-	s.record(fmt.Sprintf("mixed%d", s.cfg.clients), runLoad(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: op}))
+	s.record(fmt.Sprintf("mixed%d", s.cfg.clients), s.load(ctx, loadSpec{clients: s.cfg.clients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: op}))
 }
 
 func keyJobs(format string, first, n, batch int) []batchJob {
@@ -330,7 +338,7 @@ func (s *suite) compaction(ctx context.Context, d Driver, lead int) {
 		return
 	}
 	toLeader := func(int) int { return lead }
-	before := runLoad(ctx, loadSpec{clients: s.cfg.compactClients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: s.writeOp(d, toLeader)})
+	before := s.load(ctx, loadSpec{clients: s.cfg.compactClients, warm: s.cfg.warm, dur: s.cfg.writeDur, op: s.writeOp(d, toLeader)})
 	s.record("compact_before", before)
 
 	done := make(chan struct{})
@@ -346,7 +354,7 @@ func (s *suite) compaction(ctx context.Context, d Driver, lead int) {
 		compactTook = time.Since(t0)
 	}()
 	wait := s.profileCPU(ctx, "compact_during", lead, s.cfg.warm, int(s.cfg.compactWindow.Seconds()))
-	during := runLoad(ctx, loadSpec{clients: s.cfg.compactClients, warm: s.cfg.warm, dur: s.cfg.compactWindow, extend: done, op: s.writeOp(d, toLeader)})
+	during := s.load(ctx, loadSpec{clients: s.cfg.compactClients, warm: s.cfg.warm, dur: s.cfg.compactWindow, extend: done, op: s.writeOp(d, toLeader)})
 	wait()
 	s.record("compact_during", during)
 	if compactErr != nil {

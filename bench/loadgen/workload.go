@@ -23,6 +23,11 @@ type Stats struct {
 	P99Ms     float64 `json:"p99_ms"`
 	P999Ms    float64 `json:"p999_ms"`
 	MaxMs     float64 `json:"max_ms"`
+	// CPU per successful operation over the measured part of the run (warm-up
+	// excluded): the load generator's own process and the servers' processes summed.
+	// On 2 shared cores the client's share is CPU the servers could not use.
+	ClientCPUUs float64 `json:"client_cpu_us_per_op,omitempty"`
+	ServerCPUUs float64 `json:"server_cpu_us_per_op,omitempty"`
 }
 
 // opFunc is one operation of worker w; rng is the worker's own generator.
@@ -38,6 +43,7 @@ type loadSpec struct {
 	maxExtra  time.Duration
 	opTimeout time.Duration
 	op        opFunc
+	pids      []int // server processes whose CPU is counted (none: the client's only)
 }
 
 type workerResult struct {
@@ -71,6 +77,11 @@ func runLoad(ctx context.Context, s loadSpec) Stats {
 		}()
 	}
 	results := make([]workerResult, s.clients)
+	cpu0 := make(chan cpuSample, 1)
+	go func() {
+		time.Sleep(time.Until(mStart))
+		cpu0 <- sampleCPU(s.pids)
+	}()
 	var wg sync.WaitGroup
 	for w := 0; w < s.clients; w++ {
 		wg.Add(1)
@@ -105,7 +116,14 @@ func runLoad(ctx context.Context, s loadSpec) Stats {
 		}(w)
 	}
 	wg.Wait()
-	return summarise(s.clients, mStart, results)
+	cpu1 := sampleCPU(s.pids)
+	st := summarise(s.clients, mStart, results)
+	from := <-cpu0
+	st.ClientCPUUs = perOp(from.self, cpu1.self, st.Ops)
+	if len(s.pids) > 0 {
+		st.ServerCPUUs = perOp(from.servers, cpu1.servers, st.Ops)
+	}
+	return st
 }
 
 func summarise(clients int, mStart time.Time, results []workerResult) Stats {
