@@ -50,6 +50,8 @@ func main() {
 	keyFile := fs.String("key-file", "", "node key")
 	verifyClients := fs.Bool("verify-clients", false, "require client certificates")
 	aclDefault := fs.String("acl-default", "", "allow or deny before ACLs are bootstrapped (as keel agent -acl-default)")
+	maxLeases := fs.Int("max-leases", def.KV.MaxLeases, "live leases of the whole cluster (0: no bound), as keel agent -max-leases")
+	etcdAddr := fs.String("etcd-addr", "", "etcd v3 gRPC API listen address (empty: none), as keel agent -etcd-addr")
 	fs.Parse(args)
 
 	log := hclog.New(&hclog.LoggerOptions{Name: "keel", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
@@ -66,6 +68,8 @@ func main() {
 	if *aclDefault != "" {
 		cfg.KV.ACLDefault = *aclDefault
 	}
+	cfg.KV.MaxLeases = *maxLeases
+	cfg.EtcdAddr = *etcdAddr
 	if *join != "" {
 		cfg.Raft.Join = strings.Split(*join, ",")
 	}
