@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,5 +195,16 @@ func uncounted(r *http.Request) bool {
 	case api.PathHealth, api.PathReady, api.PathLive, api.PathStream:
 		return true
 	}
-	return strings.HasPrefix(r.URL.Path, api.PathWatch) || r.URL.Query().Has("watch")
+	return strings.HasPrefix(r.URL.Path, api.PathWatch) || hasWatchParam(r.URL.RawQuery)
+}
+
+// hasWatchParam is url.ParseQuery(raw).Has("watch") without parsing (a map and its
+// slices per request) a query that cannot hold it: one with neither "watch" nor an
+// escape in it.
+func hasWatchParam(raw string) bool {
+	if !strings.Contains(raw, "watch") && !strings.Contains(raw, "%") {
+		return false
+	}
+	q, _ := url.ParseQuery(raw)
+	return q.Has("watch")
 }

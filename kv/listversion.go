@@ -94,7 +94,7 @@ func parseListVersion(rv, match string, limited, cont bool) (listVersion, error)
 // Exact unless revision_match=not_older_than; no revision is MostRecent (Any is
 // consistency=serializable, which keeps its own meaning).
 func parseRawListVersion(p params, rev int64) (listVersion, error) {
-	match := p.q.Get(api.ParamRevisionMatch)
+	match := p.get(api.ParamRevisionMatch)
 	switch {
 	case !p.has(api.ParamRevisionMatch):
 	case match != api.RevisionMatchExact && match != api.RevisionMatchNotOlderThan:

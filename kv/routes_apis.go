@@ -583,11 +583,11 @@ func (s *Server) objectListRequest(ctx context.Context, q resourceReq, p params)
 	if err != nil {
 		return objectListReq{}, err
 	}
-	token := p.q.Get("continue")
+	token := p.get("continue")
 	if p.has("continue") && token == "" {
 		return objectListReq{}, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
 	}
-	v, err := parseListVersion(p.q.Get("resourceVersion"), p.q.Get("resourceVersionMatch"), limit > 0, token != "")
+	v, err := parseListVersion(p.get("resourceVersion"), p.get("resourceVersionMatch"), limit > 0, token != "")
 	if err != nil {
 		return objectListReq{}, err
 	}

@@ -82,7 +82,7 @@ func parseTypedWatch(r *http.Request) (typedWatchReq, error) {
 	}
 	if bookmarks {
 		q.bookmarks = typedBookmarkInterval
-		if v := p.q.Get(api.ParamProgress); v != "" {
+		if v := p.get(api.ParamProgress); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < minWatchProgress || d > maxWatchProgress {
 				return q, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",

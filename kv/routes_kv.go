@@ -10,10 +10,14 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 )
 
+// getParams are the parameters of GET /v1/kv/{key...}, a package variable so a
+// request does not allocate the list.
+var getParams = []string{api.ParamRevision, api.ParamConsistency, api.ParamRaw,
+	api.ParamList, api.ParamLimit, api.ParamContinue, api.ParamRevisionMatch}
+
 // handleGet serves GET /v1/kv/{key...}: one key, or a list page with ?list=true.
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
-	p, err := parseParams(r, api.ParamRevision, api.ParamConsistency, api.ParamRaw,
-		api.ParamList, api.ParamLimit, api.ParamContinue, api.ParamRevisionMatch)
+	p, err := parseParams(r, getParams...)
 	if err != nil {
 		return err
 	}
@@ -42,8 +46,15 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
+	// Only a linearizable read waits (for the leader's read index); a serializable one
+	// reads local state at once and needs no deadline of its own (a timer and a
+	// context per request saved).
+	ctx := r.Context()
+	if cons == fsm.Linearizable {
+		var cancel context.CancelFunc
+		ctx, cancel = s.requestContext(r)
+		defer cancel()
+	}
 	kv, rev, err := s.getKey(ctx, key, rev, cons)
 	if err != nil {
 		return err
@@ -52,7 +63,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 		writeRaw(w, kv, rev)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, api.GetResponse{KV: toAPI(kv), Revision: rev})
+	writeGet(w, kv, rev)
 	return nil
 }
 

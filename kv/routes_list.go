@@ -243,7 +243,7 @@ func (s *Server) parseList(r *http.Request, p params) (listRequest, listVersion,
 	if req.cons, err = p.consistency(); err != nil {
 		return req, listVersion{}, err
 	}
-	req.token = p.q.Get(api.ParamContinue)
+	req.token = p.get(api.ParamContinue)
 	if p.has(api.ParamContinue) && req.token == "" {
 		return req, listVersion{}, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
 	}

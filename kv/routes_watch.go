@@ -51,7 +51,7 @@ func (s *Server) parseWatch(r *http.Request) (watchReq, error) {
 		return watchReq{}, err
 	}
 	var progress time.Duration
-	if v := p.q.Get(api.ParamProgress); v != "" {
+	if v := p.get(api.ParamProgress); v != "" {
 		if progress, err = time.ParseDuration(v); err != nil {
 			return watchReq{}, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
 				ErrInvalidParam, api.ParamProgress, v, minWatchProgress, maxWatchProgress)
