@@ -80,6 +80,12 @@ type RangeRequest struct {
 	Key, End     []byte
 	Revision     int64 // 0: the latest
 	Serializable bool  // the local state, without a round trip to the leader
+	// Limit > 0 on a ranged read: at most Limit keys, in key order, with Count the
+	// live keys of the whole range and More set when it holds more (Counted) — one
+	// walk that copies only the page, where a paged list would otherwise copy the rest
+	// of the range on every page. A range that overlaps keys a door hides (Hidden)
+	// ignores it and returns every key, since its count must leave them out.
+	Limit int64
 }
 
 // RangeResult is what a range read: its keys in key order, and the revision of the
@@ -87,6 +93,10 @@ type RangeRequest struct {
 type RangeResult struct {
 	KVs      []fsm.KeyValue
 	Revision int64
+	// Counted says RangeRequest.Limit was applied: Count and More describe the range.
+	Counted bool
+	Count   int64
+	More    bool
 }
 
 // Range reads r for c: the range is validated as a ranged get (CheckOp) and c needs
@@ -112,6 +122,14 @@ func (s *Server) Range(ctx context.Context, c Caller, r RangeRequest) (RangeResu
 		rev = view.Revision()
 	}
 	res := RangeResult{Revision: view.Revision()}
+	if op.End != nil && r.Limit > 0 && s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: op.Key, End: op.End}) == nil {
+		page, err := view.RangeWith(op.Key, op.End, r.Limit, fsm.RangeOptions{Revision: rev, WithCount: true})
+		if err != nil {
+			return RangeResult{}, revisionError(view, rev, err)
+		}
+		res.KVs, res.Count, res.More, res.Counted = page.KVs, page.Count, page.More, true
+		return res, nil
+	}
 	if op.End != nil {
 		if res.KVs, _, err = view.Range(op.Key, op.End, rev, 0); err != nil {
 			return RangeResult{}, revisionError(view, rev, err)

@@ -54,17 +54,38 @@ func (k etcdKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 	if err != nil {
 		return nil, err
 	}
-	res, err := e.core.Range(ctx, callerOf(ctx), kv.RangeRequest{Key: r.Key, End: end, Revision: r.Revision,
-		Serializable: r.Serializable})
+	req := kv.RangeRequest{Key: r.Key, End: end, Revision: r.Revision, Serializable: r.Serializable}
+	if pageOnly(r) {
+		req.Limit = r.Limit
+	}
+	res, err := e.core.Range(ctx, callerOf(ctx), req)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := e.shapeRange(r, res.KVs, false)
-	if err != nil {
+	var resp *pb.RangeResponse
+	if res.Counted {
+		resp = &pb.RangeResponse{Count: res.Count, More: res.More, Kvs: etcdKeyValues(res.KVs, r.KeysOnly)}
+	} else if resp, err = e.shapeRange(r, res.KVs, false); err != nil {
 		return nil, err
 	}
 	resp.Header = e.header(res.Revision)
 	return resp, nil
+}
+
+// pageOnly says a limited range needs only its first Limit keys in key order and the
+// range's count (no sort, filter or count_only): the core then reads just the page.
+func pageOnly(r *pb.RangeRequest) bool {
+	return r.Limit > 0 && !r.CountOnly && !hasRevisionFilters(r) && r.SortTarget == pb.RangeRequest_KEY &&
+		(r.SortOrder == pb.RangeRequest_NONE || r.SortOrder == pb.RangeRequest_ASCEND)
+}
+
+// etcdKeyValues converts kvs to etcd's form.
+func etcdKeyValues(kvs []fsm.KeyValue, keysOnly bool) []*mvccpb.KeyValue {
+	out := make([]*mvccpb.KeyValue, 0, len(kvs))
+	for _, kv := range kvs {
+		out = append(out, etcdKeyValue(kv, keysOnly))
+	}
+	return out
 }
 
 // shapeRange turns the keys of a range into etcd's answer: keys this door hides are
@@ -92,10 +113,7 @@ func (e *Server) shapeRange(r *pb.RangeRequest, kvs []fsm.KeyValue, cut bool) (*
 	if r.CountOnly {
 		return resp, nil
 	}
-	resp.Kvs = make([]*mvccpb.KeyValue, 0, len(kvs))
-	for _, kv := range kvs {
-		resp.Kvs = append(resp.Kvs, etcdKeyValue(kv, r.KeysOnly))
-	}
+	resp.Kvs = etcdKeyValues(kvs, r.KeysOnly)
 	return resp, nil
 }
 

@@ -1,7 +1,9 @@
 package etcdv3
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/versions"
 )
 
 // etcd's sort targets and orders, revision filters, count, limit and keys_only, as
@@ -113,5 +116,49 @@ func TestEtcdTxnValidatesNested(t *testing.T) {
 	}
 	if _, err := e.etcdTxn(deep, 1); !errors.Is(err, fsm.ErrTooManyOps) {
 		t.Fatalf("transactions nested %d deep: %v, want ErrTooManyOps", fsm.MaxTxnDepth+1, err)
+	}
+}
+
+// A limited range in key order is read as one page (the core's RangeRequest.Limit)
+// and answers what the whole-range path answers — keys, values, count, more — for
+// every limit, over a plain prefix and over a range that holds keys the door hides
+// (kills: count taken from the page, more off by one, hidden keys counted or shown).
+func TestRangePageAsWholeRange(t *testing.T) {
+	store := kvtest.New()
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := etcdKV{e: &Server{core: core}}
+	var ops []fsm.Op
+	for i := range 25 {
+		ops = append(ops, fsm.Op{Type: fsm.OpPut, Key: fmt.Appendf(nil, "p/%02d", i), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	ops = append(ops, fsm.Op{Type: fsm.OpPut, Key: []byte(versions.SystemPrefix + "x"), Value: []byte("hidden")},
+		fsm.Op{Type: fsm.OpPut, Key: []byte("a"), Value: []byte("a")}, fsm.Op{Type: fsm.OpDelete, Key: []byte("p/03")})
+	if res, err := store.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: ops}}); err != nil || res.Err != nil {
+		t.Fatalf("load: %v %v", err, res)
+	}
+	for _, rg := range [][2]string{{"p/", "p0"}, {"p/1", "p/2"}, {"\x00", "\x00"}, {"q", "r"}} {
+		for _, limit := range []int64{1, 2, 10, 23, 24, 25, 100} {
+			req := &pb.RangeRequest{Key: []byte(rg[0]), RangeEnd: []byte(rg[1]), Limit: limit}
+			got, err := k.Range(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// MinModRevision 1 keeps every key, and takes the whole-range path.
+			whole := &pb.RangeRequest{Key: req.Key, RangeEnd: req.RangeEnd, Limit: limit, MinModRevision: 1}
+			want, err := k.Range(context.Background(), whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Count != want.Count || got.More != want.More || fmt.Sprint(got.Kvs) != fmt.Sprint(want.Kvs) {
+				t.Errorf("%q limit %d: count %d more %v %d keys, whole range: count %d more %v %d keys",
+					rg, limit, got.Count, got.More, len(got.Kvs), want.Count, want.More, len(want.Kvs))
+			}
+			if pageOnly(whole) || !pageOnly(req) {
+				t.Fatal("pageOnly: a filtered range paged, or a plain limited one not")
+			}
+		}
 	}
 }
