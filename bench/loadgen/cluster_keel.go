@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keel-kv/keel/kv/api"
@@ -248,7 +249,12 @@ type keelDriver struct {
 
 	watchMu  sync.Mutex
 	watchers map[int]*client.Client // per member, for the watch workload
+
+	dials atomic.Int64 // HTTP connections dialled: reuse check (one per worker expected)
 }
+
+// Dials is how many HTTP connections the driver has dialled so far.
+func (d *keelDriver) Dials() int64 { return d.dials.Load() }
 
 // useStream connects the per-member stream clients (they dial on first use).
 func (d *keelDriver) useStream() error {
@@ -274,8 +280,13 @@ func streamErr(err error) error {
 // knowledge), many requests multiplexed on one connection per member, as a gRPC
 // client does; otherwise HTTP/1.1 with one keep-alive connection per worker.
 func newKeelDriver(h2c bool) *keelDriver {
+	d := &keelDriver{}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d.dials.Add(1)
+			return dialer.DialContext(ctx, network, addr)
+		},
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     90 * time.Second,
@@ -285,7 +296,8 @@ func newKeelDriver(h2c bool) *keelDriver {
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
-	return &keelDriver{hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}, tr: tr}
+	d.hc, d.tr = &http.Client{Transport: tr, Timeout: 60 * time.Second}, tr
+	return d
 }
 
 func (d *keelDriver) keyURL(node int, key string) string {

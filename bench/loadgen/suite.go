@@ -248,6 +248,9 @@ func (s *suite) reads(ctx context.Context, d Driver, lead int) {
 			s.record(name, st)
 		}
 	}
+	if dc, ok := d.(interface{ Dials() int64 }); ok {
+		s.note("HTTP connections dialled by the end of the reads: %d (64 workers; more means connections were not reused)", dc.Dials())
+	}
 }
 
 // mixed: 80% linearizable reads of written keys, 20% new writes; worker w talks to
