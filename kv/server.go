@@ -34,6 +34,8 @@ type Server struct {
 
 	// resources serves /apis; nil until SetResources (no schema: /apis is empty).
 	resources atomic.Pointer[Resources]
+	// operator does the node's operator actions (operator.go); nil until SetOperator.
+	operator atomic.Pointer[Operator]
 
 	ready struct {
 		sync.Mutex

@@ -160,6 +160,7 @@ func (a *Agent) start(ctx context.Context) error {
 		// Simulates a node of an older release: it announces only the formats it applies.
 		a.node.SetCommandFormatLimit(byte(cfg.MaxCommandFormat))
 	}
+	a.server.SetOperator(a)
 	a.registerOperatorRoutes()
 	if err := a.enableMetrics(); err != nil {
 		return fmt.Errorf("metrics: %w", err)

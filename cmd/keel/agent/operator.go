@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	hraft "github.com/hashicorp/raft"
 
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
 )
@@ -102,9 +105,25 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	st := a.node.Status()
+	switch err := a.RemoveMember(ctx, id); {
+	case errors.Is(err, kv.ErrNotMember):
+		writeAgentError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("%q is not in the raft configuration", id))
+	case errors.Is(err, kv.ErrLastVoter):
+		writeAgentError(w, http.StatusBadRequest, "BadRequest", "refusing to remove the last voter")
+	case err != nil:
+		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
+	default:
+		writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
+	}
+}
+
+// RemoveMember removes node id from the Raft configuration for good (RetireServer:
+// with TLS its certificates are revoked): kv.ErrNotMember when it is not in it,
+// kv.ErrLastVoter while the configuration has one voter (kv.Operator; DELETE
+// /v1/agent/peers/ID).
+func (a *Agent) RemoveMember(ctx context.Context, id string) error {
 	found, voters := false, 0
-	for _, m := range st.Members {
+	for _, m := range a.node.Status().Members {
 		found = found || m.ID == id
 		if m.Suffrage == hraft.Voter {
 			voters++
@@ -112,17 +131,32 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case !found:
-		writeAgentError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("%q is not in the raft configuration", id))
-		return
+		return fmt.Errorf("%w: %q is not in the raft configuration", kv.ErrNotMember, id)
 	case voters <= 1:
-		writeAgentError(w, http.StatusBadRequest, "BadRequest", "refusing to remove the last voter")
-		return
+		return kv.ErrLastVoter
 	}
-	if err := a.node.RetireServer(ctx, id); err != nil {
-		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
-		return
-	}
-	writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
+	return a.node.RetireServer(ctx, id)
+}
+
+// DataSize is the bytes of the regular files under the node's data directory: its
+// Raft log, stable store and snapshots (kv.Operator).
+func (a *Agent) DataSize() (int64, error) {
+	var size int64
+	err := filepath.WalkDir(a.cfg.DataDir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // a file removed meanwhile (a WAL segment, an old snapshot)
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	return size, err
 }
 
 func (a *Agent) handleTransferLeader(w http.ResponseWriter, r *http.Request) {

@@ -29,23 +29,14 @@ func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
 		return
 	}
-	mac, err := a.snapshotMAC()
-	if err != nil {
+	if _, err := a.snapshotMAC(); err != nil {
 		writeAgentError(w, http.StatusServiceUnavailable, "Unavailable", err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", api.ContentTypeSnapshot)
-	out := io.MultiWriter(w, mac)
-	out.Write(append([]byte(savedMagic), savedFormat))
-	idx, _, err := a.node.SaveSnapshot(ctx, out)
-	if err == nil {
-		_, err = w.Write(mac.Sum(nil))
-	}
-	if err != nil {
+	if err := a.writeSaved(ctx, w); err != nil {
 		a.log.Warn("snapshot save failed mid-stream", "error", err)
-		return
 	}
-	a.log.Info("snapshot saved", "index", idx)
 }
 
 // handleSnapshotRestore serves POST /v1/agent/snapshot: body = a snapshot saved by

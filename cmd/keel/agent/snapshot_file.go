@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"os"
 
 	"github.com/keel-kv/keel/fsm"
 )
@@ -54,11 +53,17 @@ func (a *Agent) snapshotMAC() (hash.Hash, error) {
 	return hmac.New(sha256.New, key), nil
 }
 
-// savedStream checks the saved file f (size bytes) and returns the fsm stream it holds.
-// Without force a file is accepted only if its MAC verifies with this cluster's key;
-// otherwise the error says why (damaged, another cluster's, altered, no MAC) and
-// nothing changes. With force the MAC is not checked.
-func (a *Agent) savedStream(f *os.File, size int64, force bool) (io.Reader, error) {
+// savedStream checks the saved file f (size bytes; maybe in its etcd envelope,
+// snapshot_etcd.go) and returns the fsm stream it holds. Without force a file is
+// accepted only if its MAC verifies with this cluster's key; otherwise the error says
+// why (damaged, another cluster's, altered, no MAC) and nothing changes. With force
+// the MAC is not checked.
+func (a *Agent) savedStream(f io.ReaderAt, size int64, force bool) (io.Reader, error) {
+	if inner, ok, err := unwrapEtcdEnvelope(f, size); err != nil {
+		return nil, err
+	} else if ok {
+		f, size = inner, inner.Size()
+	}
 	head := make([]byte, savedHead)
 	if _, err := f.ReadAt(head, 0); err != nil || string(head[:len(savedMagic)]) != savedMagic {
 		if err == nil && string(head[:len(fsmMagic)]) == fsmMagic && !force {

@@ -1,0 +1,47 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Operator is what the service core needs of the node for the operator actions that
+// reach beyond the replicated state: the Raft membership, saved snapshots and the data
+// directory. The agent implements it and hands it over with SetOperator before
+// serving; until then those actions answer ErrNotReady. Its methods are called
+// concurrently; they check no right (the core does, with the rule of the HTTP route
+// that does the same).
+type Operator interface {
+	// RemoveMember removes node id from the Raft configuration for good (with TLS its
+	// certificates are revoked), as DELETE /v1/agent/peers/ID does: ErrNotMember when
+	// it is not in the configuration, ErrLastVoter when the configuration has one
+	// voter left.
+	RemoveMember(ctx context.Context, id string) error
+	// SaveEtcdSnapshot writes a saved snapshot file (GET /v1/agent/snapshot's) in an
+	// envelope etcd's client keeps: padded to 512-byte pages and followed by its
+	// sha256. It reflects every write acknowledged before the call.
+	SaveEtcdSnapshot(ctx context.Context, w io.Writer) error
+	// DataSize is the bytes the node's data directory holds on disk.
+	DataSize() (int64, error)
+}
+
+// Errors of the Operator's membership actions; nothing changed.
+var (
+	// ErrNotMember: the node named is not in the Raft configuration.
+	ErrNotMember = errors.New("kv: not a member")
+	// ErrLastVoter: removing the node would leave the cluster without a voter.
+	ErrLastVoter = errors.New("kv: refusing to remove the last voter")
+)
+
+// SetOperator hands the core the node's operator actions.
+func (s *Server) SetOperator(op Operator) { s.operator.Store(&op) }
+
+// operatorOf is the Operator set, or ErrNotReady.
+func (s *Server) operatorOf() (Operator, error) {
+	if op := s.operator.Load(); op != nil {
+		return *op, nil
+	}
+	return nil, fmt.Errorf("%w: the node's operator actions are not wired", ErrNotReady)
+}
