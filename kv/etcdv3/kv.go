@@ -10,7 +10,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/grpc"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
@@ -276,9 +275,4 @@ func (k etcdKV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 		return nil, err
 	}
 	return &pb.CompactionResponse{Header: k.e.header(res.Revision)}, nil
-}
-
-// RangeStream is not served yet: clients fall back to Range.
-func (k etcdKV) RangeStream(*pb.RangeRequest, grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
-	return etcdUnimplemented("RangeStream")
 }
