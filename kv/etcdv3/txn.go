@@ -25,7 +25,7 @@ func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	if err != nil {
 		return nil, err
 	}
-	resp, err := e.txnAnswer(r, res.Succeeded, res.Responses)
+	resp, err := e.txnAnswer(r, res.Succeeded, res.Responses, newTxnRevs(res))
 	if errors.Is(err, errRangeCut) {
 		return nil, fmt.Errorf("%w: the transaction is applied (revision %d), but a range of its answer %v (at most %d keys)",
 			kv.ErrTooLarge, res.Revision, err, e.core.Config().MaxListLimit)
@@ -81,10 +81,9 @@ func (e *Server) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
 	switch x := r.Request.(type) {
 	case *pb.RequestOp_RequestRange:
 		rr := x.RequestRange
-		if rr.Revision != 0 {
-			return fsm.Op{}, etcdUnsupported("a range at a revision inside a transaction")
-		}
-		return e.rangeOp(rr.Key, rr.RangeEnd)
+		op, err := e.rangeOp(rr.Key, rr.RangeEnd)
+		op.Range.Revision = rr.Revision // a revision outside the window fails the transaction, as in etcd
+		return op, err
 	case *pb.RequestOp_RequestPut:
 		return e.putOp(x.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:
@@ -100,8 +99,9 @@ func (e *Server) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
 }
 
 // txnAnswer answers a transaction (nested or not) from the responses of the branch
-// that ran: one response per request op.
-func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse) (*pb.TxnResponse, error) {
+// that ran: one response per request op, each with its header revision (revs). A
+// nested transaction's own header holds revision 0, as etcd leaves it.
+func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse, revs *txnRevs) (*pb.TxnResponse, error) {
 	reqs := r.Success
 	if !succeeded {
 		reqs = r.Failure
@@ -109,9 +109,9 @@ func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpRespo
 	if len(resps) != len(reqs) {
 		return nil, fmt.Errorf("txn: %d responses for %d request ops", len(resps), len(reqs))
 	}
-	resp := &pb.TxnResponse{Succeeded: succeeded, Responses: make([]*pb.ResponseOp, 0, len(reqs))}
+	resp := &pb.TxnResponse{Header: &pb.ResponseHeader{}, Succeeded: succeeded, Responses: make([]*pb.ResponseOp, 0, len(reqs))}
 	for i, req := range reqs {
-		op, err := e.txnResponse(req, resps[i])
+		op, err := e.txnResponse(req, resps[i], revs)
 		if err != nil {
 			return nil, err
 		}
@@ -121,30 +121,77 @@ func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpRespo
 }
 
 // txnResponse answers one request op from its op's response.
-func (e *Server) txnResponse(req *pb.RequestOp, r fsm.OpResponse) (*pb.ResponseOp, error) {
+func (e *Server) txnResponse(req *pb.RequestOp, r fsm.OpResponse, revs *txnRevs) (*pb.ResponseOp, error) {
 	switch x := req.Request.(type) {
 	case *pb.RequestOp_RequestRange:
 		rr, err := e.shapeRange(x.RequestRange, r.KVs, r.More)
 		if err != nil {
 			return nil, err
 		}
+		rr.Header = revs.header(r)
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}, nil
 	case *pb.RequestOp_RequestPut:
-		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: putResponse(x.RequestPut, r)}}, nil
+		pr := putResponse(x.RequestPut, r)
+		pr.Header = revs.header(r)
+		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}, nil
 	case *pb.RequestOp_RequestDeleteRange:
 		dr := deleteResponse(x.RequestDeleteRange, r)
+		dr.Header = revs.header(r)
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}, nil
 	case *pb.RequestOp_RequestTxn:
 		if r.Txn == nil {
 			return nil, errors.New("txn: a nested transaction without its result")
 		}
-		tr, err := e.txnAnswer(x.RequestTxn, r.Txn.Succeeded, r.Txn.Responses)
+		tr, err := e.txnAnswer(x.RequestTxn, r.Txn.Succeeded, r.Txn.Responses, revs)
 		if err != nil {
 			return nil, err
 		}
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}, nil
 	}
 	return nil, fmt.Errorf("txn: unexpected request op %T", req.Request)
+}
+
+// txnRevs gives each response of a transaction the header revision etcd gives it
+// (mvcc storeTxnWrite: Put answers beginRev+1; Range and DeleteRange answer beginRev
+// until the transaction has written, then beginRev+1). keel's transaction writes at
+// its result's revision, so beginRev is the one before it when it wrote, and the
+// result's revision when it wrote nothing. Ops are answered in the order they ran
+// (nested transactions in place), as the state machine ran them.
+//
+//	get a; del absent; put a; get a; del absent     (the transaction wrote: T)
+//	T-1    T-1         T      T      T
+type txnRevs struct {
+	rev, begin int64
+	wrote      bool // an op answered so far wrote
+}
+
+// newTxnRevs starts the header revisions of res's responses.
+func newTxnRevs(res *fsm.Result) *txnRevs {
+	t := &txnRevs{rev: res.Revision, begin: res.Revision}
+	if txnWrote(res.Responses) {
+		t.begin = res.Revision - 1
+	}
+	return t
+}
+
+// txnWrote reports whether an op of resps (nested ones included) wrote: a put, or a
+// delete that deleted something.
+func txnWrote(resps []fsm.OpResponse) bool {
+	for _, r := range resps {
+		if r.Type == fsm.OpPut || r.Deleted > 0 || (r.Txn != nil && txnWrote(r.Txn.Responses)) {
+			return true
+		}
+	}
+	return false
+}
+
+// header is the header of the next op's response r.
+func (t *txnRevs) header(r fsm.OpResponse) *pb.ResponseHeader {
+	t.wrote = t.wrote || r.Type == fsm.OpPut || r.Deleted > 0
+	if t.wrote {
+		return &pb.ResponseHeader{Revision: t.rev}
+	}
+	return &pb.ResponseHeader{Revision: t.begin}
 }
 
 // putResponse answers a put: its previous key if asked and there was one.
