@@ -45,3 +45,13 @@ func (s *Server) operatorOf() (Operator, error) {
 	}
 	return nil, fmt.Errorf("%w: the node's operator actions are not wired", ErrNotReady)
 }
+
+// DataSize is the bytes the node's data directory holds on disk (Operator.DataSize).
+// It needs no right, as GET /v1/status needs none.
+func (s *Server) DataSize() (int64, error) {
+	op, err := s.operatorOf()
+	if err != nil {
+		return 0, err
+	}
+	return op.DataSize()
+}

@@ -1,7 +1,9 @@
 package etcdjudge
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -99,5 +101,35 @@ func TestTxnRangeAtRevision(t *testing.T) {
 	}
 	if g, err := c.Get(ctx, "/txnrev/k"); err != nil || strings.Compare(string(g.Kvs[0].Value), "newer") != 0 {
 		t.Fatalf("after the refused txn: %v, %v; want nothing written", g, err)
+	}
+}
+
+// Maintenance.Status measures the database: db_size is the bytes of the node's data
+// directory on disk (its Raft log, stable store and snapshots), db_size_in_use the
+// same (keel keeps no free pages), so both grow as data is written (kills: sizes left
+// 0; a constant).
+func TestStatusDBSize(t *testing.T) {
+	c, ctx := newClient(t), testCtx(t)
+	before, err := c.Status(ctx, single.etcdAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.DbSize <= 0 || before.DbSizeInUse <= 0 || before.DbSizeInUse > before.DbSize {
+		t.Fatalf("status db_size %d, db_size_in_use %d; want 0 < in use <= size", before.DbSize, before.DbSizeInUse)
+	}
+	value := strings.Repeat("x", 100_000)
+	for i := range 20 {
+		if _, err := c.Put(ctx, fmt.Sprint("/dbsize/", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { c.Delete(context.Background(), "/dbsize/", clientv3.WithPrefix()) })
+	after, err := c.Status(ctx, single.etcdAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 MB of live keys: in the log, or in a snapshot if one was taken meanwhile.
+	if after.DbSize < before.DbSize+1_000_000 {
+		t.Fatalf("db_size %d -> %d after writing 2 MB; want it to grow by the bytes written", before.DbSize, after.DbSize)
 	}
 }

@@ -53,12 +53,17 @@ type etcdMaintenance struct {
 	e *Server
 }
 
-// Status answers without a token, as GET /v1/status does. Version is Version;
-// the database sizes are not measured (0).
+// Status answers without a token, as GET /v1/status does. Version is Version.
+// db_size is the bytes of the node's data directory on disk (its Raft log, stable
+// store and snapshots; Server.DataSize), and so is db_size_in_use: keel keeps no free
+// pages to tell apart. A size that cannot be measured is left 0.
 func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := m.e.core.NodeStatus()
 	resp := &pb.StatusResponse{Header: m.e.header(m.e.revision(ctx)), Version: Version, StorageVersion: Version,
 		Leader: memberID(st.LeaderID), RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex}
+	if size, err := m.e.core.DataSize(); err == nil {
+		resp.DbSize, resp.DbSizeInUse = size, size
+	}
 	for _, mb := range st.Members {
 		if mb.ID == st.NodeID {
 			resp.IsLearner = mb.Suffrage.String() != "Voter"
