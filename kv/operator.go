@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // Operator is what the service core needs of the node for the operator actions that
@@ -54,4 +56,31 @@ func (s *Server) DataSize() (int64, error) {
 		return 0, err
 	}
 	return op.DataSize()
+}
+
+// RemoveMember removes node id from the Raft configuration for c, who needs the peers
+// right (DELETE /v1/agent/peers/ID's rule); the right is checked before anything is
+// looked up. An id that is not a member ("" included) is ErrNotMember.
+func (s *Server) RemoveMember(ctx context.Context, c Caller, id string) error {
+	if err := routeRight(c.az, "DELETE "+api.PathAgentPeers+"{id}"); err != nil {
+		return err
+	}
+	op, err := s.operatorOf()
+	if err != nil {
+		return err
+	}
+	return op.RemoveMember(ctx, id)
+}
+
+// SaveEtcdSnapshot writes a saved snapshot in its etcd envelope (Operator) to w for c,
+// who needs the snapshot right (GET /v1/agent/snapshot's rule).
+func (s *Server) SaveEtcdSnapshot(ctx context.Context, c Caller, w io.Writer) error {
+	if err := routeRight(c.az, "GET "+api.PathAgentSnapshot); err != nil {
+		return err
+	}
+	op, err := s.operatorOf()
+	if err != nil {
+		return err
+	}
+	return op.SaveEtcdSnapshot(ctx, w)
 }

@@ -81,6 +81,13 @@ func TestACLTokens(t *testing.T) {
 	if _, err := c.Compact(ctx, 1); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("compact without the compact right: %v, want %v", err, rpctypes.ErrPermissionDenied)
 	}
+	// (SnapshotWithVersion hands back the gRPC status: rpctypes.Error makes it etcd's.)
+	if _, err := c.SnapshotWithVersion(ctx); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
+		t.Fatalf("snapshot without the snapshot right: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	if _, err := c.MemberRemove(ctx, 1); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("member remove without the peers right: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
 	wr := <-c.Watch(ctx, "/other/", clientv3.WithPrefix())
 	if !errors.Is(wr.Err(), rpctypes.ErrPermissionDenied) {
 		t.Fatalf("watch outside the token's prefix: %v, want %v", wr.Err(), rpctypes.ErrPermissionDenied)

@@ -47,7 +47,7 @@ func etcdError(err error) error {
 	case errors.Is(err, errEtcdUnsupported), errors.Is(err, kv.ErrInvalidKey), errors.Is(err, kv.ErrInvalidParam),
 		errors.Is(err, kv.ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand), errors.Is(err, kv.ErrInvalidContinueToken):
 		return status.Error(codes.InvalidArgument, "etcdserver: "+err.Error())
-	case errors.Is(err, kv.ErrConflict):
+	case errors.Is(err, kv.ErrConflict), errors.Is(err, kv.ErrLastVoter):
 		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
 	case errors.Is(err, kv.ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
 		errors.Is(err, versions.ErrNotRegistered), errors.Is(err, versions.ErrNoCommonEncoding):
@@ -59,6 +59,8 @@ func etcdError(err error) error {
 // etcdSentinel is etcd's own error for err, nil when etcd has none.
 func etcdSentinel(err error) error {
 	switch {
+	case errors.Is(err, kv.ErrNotMember):
+		return rpctypes.ErrGRPCMemberNotFound
 	case errors.Is(err, fsm.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, fsm.ErrFutureRevision):

@@ -5,14 +5,13 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 
 	"github.com/keel-kv/keel/versions"
 )
 
-// etcdCluster serves Cluster.MemberList from the Raft configuration. Membership
-// changes are keel's (keel agent -join, /v1/agent/...): MemberAdd, MemberRemove,
-// MemberUpdate and MemberPromote answer Unimplemented.
+// etcdCluster serves Cluster.MemberList from the Raft configuration, and
+// MemberRemove (members.go). The other membership changes are keel's (keel agent
+// -join, autopilot): MemberAdd, MemberUpdate and MemberPromote answer Unimplemented.
 type etcdCluster struct {
 	pb.UnimplementedClusterServer
 	e *Server
@@ -46,8 +45,9 @@ func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*
 }
 
 // etcdMaintenance serves Maintenance.Status, Alarm (none is ever raised), Defragment
-// (nothing to do: the store is in memory) and HashKV. Snapshot, MoveLeader, Hash
-// and Downgrade answer Unimplemented: keel's own operator routes do those.
+// (nothing to do: the store is in memory), HashKV and Snapshot (snapshot.go).
+// MoveLeader, Hash and Downgrade answer Unimplemented: keel's own operator routes do
+// those.
 type etcdMaintenance struct {
 	pb.UnimplementedMaintenanceServer
 	e *Server
@@ -55,7 +55,7 @@ type etcdMaintenance struct {
 
 // Status answers without a token, as GET /v1/status does. Version is Version.
 // db_size is the bytes of the node's data directory on disk (its Raft log, stable
-// store and snapshots; Server.DataSize), and so is db_size_in_use: keel keeps no free
+// store and snapshots; kv.Server.DataSize), and so is db_size_in_use: keel keeps no free
 // pages to tell apart. A size that cannot be measured is left 0.
 func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := m.e.core.NodeStatus()
@@ -103,11 +103,6 @@ func (m etcdMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.H
 	h := v.Hash()
 	return &pb.HashKVResponse{Header: m.e.header(v.Revision()), Hash: uint32(h ^ h>>32),
 		CompactRevision: v.CompactRevision(), HashRevision: v.Revision()}, nil
-}
-
-// Snapshot is keel's own (GET /v1/agent/snapshot), in keel's format.
-func (m etcdMaintenance) Snapshot(*pb.SnapshotRequest, grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	return etcdUnimplemented("Snapshot (use keel snapshot save)")
 }
 
 // etcdAuth serves Authenticate and AuthStatus. keel has no etcd users or roles: a

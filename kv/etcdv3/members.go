@@ -1,0 +1,57 @@
+package etcdv3
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// MemberRemove removes the member MemberList names by ID (the Raft server whose node
+// ID hashes to it, memberID) as DELETE /v1/agent/peers/ID removes it: for good (with
+// TLS its certificates are revoked), for a caller with the peers right, never the
+// last voter (FailedPrecondition). An ID that names no member is etcd's member not
+// found. The answer lists the members left, as MemberList would (empty for a caller
+// without the members right).
+func (c etcdCluster) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	if err := c.e.core.RemoveMember(ctx, callerOf(ctx), c.e.nodeOf(r.ID)); err != nil {
+		return nil, err
+	}
+	resp := &pb.MemberRemoveResponse{Header: c.e.header(c.e.revision(ctx))}
+	if ml, err := c.MemberList(ctx, nil); err == nil {
+		resp.Header = ml.Header
+		for _, m := range ml.Members {
+			if m.ID != r.ID { // a follower's member list trails the removal by a moment
+				resp.Members = append(resp.Members, m)
+			}
+		}
+	}
+	return resp, nil
+}
+
+// nodeOf is the node ID of the Raft member whose member ID is id, "" when none is.
+func (e *Server) nodeOf(id uint64) string {
+	for _, m := range e.core.NodeStatus().Members {
+		if memberID(m.ID) == id {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+// MemberAdd does not map onto keel: etcd registers a member's peer URLs before it
+// starts, a keel node joins by itself (keel agent -join ADDR) under the node ID it
+// chose, and autopilot adds it.
+func (c etcdCluster) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	return nil, etcdUnimplemented("MemberAdd (a keel node joins by itself: keel agent -join ADDR)")
+}
+
+// MemberUpdate does not map onto keel: a node's Raft address is the one it joined with.
+func (c etcdCluster) MemberUpdate(context.Context, *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	return nil, etcdUnimplemented("MemberUpdate (a keel node's address is the one it joined with)")
+}
+
+// MemberPromote is autopilot's: a keel node joins as a non-voter (etcd's learner) and
+// is made a voter once it has caught up and stayed healthy.
+func (c etcdCluster) MemberPromote(context.Context, *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	return nil, etcdUnimplemented("MemberPromote (keel's autopilot promotes a caught-up non-voter)")
+}
