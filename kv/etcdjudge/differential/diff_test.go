@@ -1,0 +1,158 @@
+package differential
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// regressions are seeds (with their operation count) that found a keel bug once;
+// they run before the random sequences, every time.
+var regressions = []struct {
+	seed int64
+	ops  int
+	bug  string
+}{}
+
+// Defaults of a run; KEEL_ETCD_DIFF_SEQS, KEEL_ETCD_DIFF_OPS and KEEL_ETCD_DIFF_SEED
+// (the first seed, or "time") change them for longer runs.
+const (
+	defaultSeqs = 200
+	defaultOps  = 30
+	defaultSeed = 1
+)
+
+// TestDifferential runs random operation sequences against keel and etcd and
+// compares every answer after normalisation (normalise_test.go). A difference fails
+// with the seed and the shortest operation list that still shows it.
+func TestDifferential(t *testing.T) {
+	seqs, nops, seed := envInt(t, "KEEL_ETCD_DIFF_SEQS", defaultSeqs), envInt(t, "KEEL_ETCD_DIFF_OPS", defaultOps), int64(defaultSeed)
+	if v := os.Getenv("KEEL_ETCD_DIFF_SEED"); v == "time" {
+		seed = time.Now().UnixNano() % 1e9
+	} else if v != "" {
+		seed = int64(envInt(t, "KEEL_ETCD_DIFF_SEED", 0))
+	}
+	for _, r := range regressions {
+		check(t, r.seed, generate(r.seed, r.ops))
+	}
+	start := time.Now()
+	for i := 0; i < seqs; i++ {
+		check(t, seed+int64(i), generate(seed+int64(i), nops))
+	}
+	t.Logf("%d sequences of %d operations from seed %d: no difference (%v)", seqs, nops, seed, time.Since(start).Round(time.Millisecond))
+}
+
+// check runs one sequence and, on a difference, shrinks it and fails.
+func check(t *testing.T, seed int64, ops []op) {
+	t.Helper()
+	f := runSequence(ops)
+	if f == nil {
+		return
+	}
+	small, mf := shrink(ops, f)
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: keel and etcd differ (KEEL_ETCD_DIFF_SEED=%d KEEL_ETCD_DIFF_SEQS=1 KEEL_ETCD_DIFF_OPS=%d reruns it)\n",
+		seed, seed, len(ops))
+	fmt.Fprintf(&b, "minimal operation list (%d of %d):\n", len(small), len(ops))
+	for i, o := range small {
+		fmt.Fprintf(&b, "  %2d. %s\n", i, o)
+	}
+	fmt.Fprintf(&b, "at operation %d:\n  etcd: %s\n  keel: %s", mf.at, mf.etcd, mf.keel)
+	t.Fatal(b.String())
+}
+
+// failure is the first operation whose normal forms differ.
+type failure struct {
+	at         int
+	etcd, keel string
+}
+
+var prefixes atomic.Int64
+
+// runSequence runs ops on both servers under a fresh prefix and returns the first
+// difference, or nil.
+func runSequence(ops []op) *failure {
+	prefix := fmt.Sprintf("diff%07d/", prefixes.Add(1))
+	e, k := &side{srv: etcdSrv, prefix: prefix}, &side{srv: keelSrv, prefix: prefix}
+	defer e.revokeAll()
+	defer k.revokeAll()
+	for _, s := range []*side{e, k} {
+		rev, err := s.current()
+		if err != nil {
+			return &failure{at: -1, etcd: "start: " + err.Error(), keel: "start: " + err.Error()}
+		}
+		s.revs = []int64{rev}
+	}
+	st := &shared{}
+	etcdRev := e.revs[0]
+	for i, o := range ops {
+		er, kr := e.exec(o, st), k.exec(o, st)
+		if er.rev > etcdRev { // a write: both sides count it
+			etcdRev = er.rev
+			e.revs, k.revs = append(e.revs, er.rev), append(k.revs, kr.rev)
+		}
+		if o.kind == kCompact && er.err == nil && er.rev != 0 {
+			st.compacted = e.rankOf(o.rank)
+		}
+		en, kn := normer{e}.norm(er), normer{k}.norm(kr)
+		if en != kn {
+			return &failure{at: i, etcd: en, keel: kn}
+		}
+	}
+	return nil
+}
+
+// current is the server's revision now.
+func (s *side) current() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.srv.c.Get(ctx, s.prefix)
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// revokeAll revokes the sequence's leases, so that none expires during a later one.
+func (s *side) revokeAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range s.leases {
+		s.srv.c.Revoke(ctx, id)
+	}
+}
+
+// shrink removes operations one at a time while the sequence still differs
+// somewhere, and returns the shortest list found with its difference.
+func shrink(ops []op, f *failure) ([]op, *failure) {
+	cur := ops[:f.at+1]
+	for budget, changed := 200, true; changed && budget > 0; {
+		changed = false
+		for i := len(cur) - 1; i >= 0 && budget > 0; i-- {
+			cand := append(append([]op{}, cur[:i]...), cur[i+1:]...)
+			budget--
+			if nf := runSequence(cand); nf != nil {
+				cur, f, changed = cand[:nf.at+1], nf, true
+				i = min(i, len(cur))
+			}
+		}
+	}
+	return cur, f
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
