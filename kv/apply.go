@@ -21,6 +21,11 @@ func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, erro
 			return nil, err
 		}
 	}
+	return s.propose(ctx, cmd)
+}
+
+// propose is apply without the duplicate-key check, for a caller that made its own.
+func (s *Server) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	res, err := s.store.Apply(ctx, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", leaseFormatError(err))
@@ -38,13 +43,24 @@ func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, erro
 // command carries its caller (raft.WithCaller): a follower forwards it to the leader,
 // which checks it again with checkTxn (forwarded.go).
 func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
+	if err := fsm.CheckDuplicateKeys(txn); err != nil {
+		return nil, err
+	}
+	return s.applyDupCheckedTxn(ctx, txn)
+}
+
+// applyDupCheckedTxn is applyTxn for a transaction whose duplicate keys its caller
+// checked with a rule of its own: the etcd door, whose rule (etcd's, quirks included:
+// fsm.CheckDuplicateKeysEtcd) lets through some transactions CheckDuplicateKeys
+// refuses.
+func (s *Server) applyDupCheckedTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
 	az := authzOf(ctx)
 	if !s.skipLocalTxnCheck {
 		if err := s.checkTxn(az, txn); err != nil {
 			return nil, err
 		}
 	}
-	return s.apply(raft.WithCaller(ctx, callerID(az)), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	return s.propose(raft.WithCaller(ctx, callerID(az)), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
 }
 
 // checkTxn is the one check of a KV API transaction before it is applied: the token's

@@ -56,10 +56,15 @@ func (s *Server) CheckTxnSize(depth, compares, success, failure int) error {
 
 // TxnOptions are the rules a door asks of Txn beyond keel's own.
 type TxnOptions struct {
-	// EtcdDuplicates refuses, as etcd does, a put inside a range another op of the
-	// same branch deletes (fsm.CheckDuplicateKeysEtcd); keel's own duplicate-key rule
-	// (fsm.CheckDuplicateKeys) always applies.
+	// EtcdDuplicates checks duplicate keys by etcd's rule, quirks included
+	// (fsm.CheckDuplicateKeysEtcd: a put inside a range another op of the same branch
+	// deletes is refused, a delete from a key to the keyspace's end beside a put is
+	// not) instead of keel's stricter one (fsm.CheckDuplicateKeys).
 	EtcdDuplicates bool
+	// DuplicateView is the transaction as etcd's rule must see it, when the door's
+	// translation changed its shape (etcd's "\x00" range end); the transaction itself
+	// when nil.
+	DuplicateView *fsm.Txn
 }
 
 // Txn applies a transaction whose ops and compares the door validated (CheckOp,
@@ -67,12 +72,17 @@ type TxnOptions struct {
 // reserved prefixes and the duplicate-key rules are checked here, on the node that
 // takes it and again on the leader a follower forwards it to.
 func (s *Server) Txn(ctx context.Context, c Caller, txn *fsm.Txn, opts TxnOptions) (*fsm.Result, error) {
-	if opts.EtcdDuplicates {
-		if err := fsm.CheckDuplicateKeysEtcd(txn); err != nil {
-			return nil, err
-		}
+	if !opts.EtcdDuplicates {
+		return s.applyTxn(c.context(ctx), txn)
 	}
-	return s.applyTxn(c.context(ctx), txn)
+	view := txn
+	if opts.DuplicateView != nil {
+		view = opts.DuplicateView
+	}
+	if err := fsm.CheckDuplicateKeysEtcd(view); err != nil {
+		return nil, err
+	}
+	return s.applyDupCheckedTxn(c.context(ctx), txn)
 }
 
 // RangeRequest reads one key (End nil) or the keys of [Key, End).

@@ -88,13 +88,13 @@ func etcdKeyValues(kvs []fsm.KeyValue, keysOnly bool) []*mvccpb.KeyValue {
 }
 
 // shapeRange turns the keys of a range into etcd's answer: keys this door hides are
-// dropped, then etcd's revision filters, sort, count, limit, keys_only and count_only
-// apply. cut says the keys came from a get that its limit cut (a transaction's get):
+// dropped and the rest counted (etcd's count ignores the revision filters), then
+// etcd's revision filters, sort, limit, keys_only and count_only apply. cut says the keys came from a get that its limit cut (a transaction's get):
 // an answer that needs every key (a sort, a filter, a count) is then refused.
 func (e *Server) shapeRange(r *pb.RangeRequest, kvs []fsm.KeyValue, cut bool) (*pb.RangeResponse, error) {
-	kvs = slices.DeleteFunc(slices.Clone(kvs), func(kv fsm.KeyValue) bool {
-		return e.core.Hidden(kv.Key) || !inRevisionFilters(r, kv)
-	})
+	kvs = slices.DeleteFunc(slices.Clone(kvs), func(kv fsm.KeyValue) bool { return e.core.Hidden(kv.Key) })
+	count := int64(len(kvs))
+	kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !inRevisionFilters(r, kv) })
 	if err := sortRange(r, kvs); err != nil {
 		return nil, err
 	}
@@ -102,15 +102,15 @@ func (e *Server) shapeRange(r *pb.RangeRequest, kvs []fsm.KeyValue, cut bool) (*
 		r.Limit == 0 || int64(len(kvs)) < r.Limit || hasRevisionFilters(r) || r.CountOnly) {
 		return nil, errRangeCut
 	}
-	resp := &pb.RangeResponse{Count: int64(len(kvs))}
+	if r.CountOnly {
+		return &pb.RangeResponse{Count: count}, nil // etcd: no keys, so never "more"
+	}
+	resp := &pb.RangeResponse{Count: count}
 	if r.Limit > 0 && int64(len(kvs)) > r.Limit {
 		kvs, resp.More = kvs[:r.Limit], true
 	}
 	if cut {
 		resp.More = true // and Count is only a lower bound
-	}
-	if r.CountOnly {
-		return resp, nil
 	}
 	resp.Kvs = etcdKeyValues(kvs, r.KeysOnly)
 	return resp, nil
@@ -202,7 +202,7 @@ func (k etcdKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 
 // applyOne applies op as a one-op transaction and returns its response and revision.
 func (e *Server) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, int64, error) {
-	res, err := e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}})
+	res, err := e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}}, nil)
 	if err != nil {
 		return fsm.OpResponse{}, 0, err
 	}
@@ -232,9 +232,41 @@ func (e *Server) putOp(r *pb.PutRequest) (fsm.Op, error) {
 }
 
 // applyEtcdTxn applies a transaction with the core's Txn, which also refuses what etcd
-// refuses before proposing (the duplicate-key check of etcd's checkIntervals).
-func (e *Server) applyEtcdTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
-	return e.core.Txn(ctx, callerOf(ctx), txn, kv.TxnOptions{EtcdDuplicates: true})
+// refuses before proposing: the duplicate-key check of etcd's checkIntervals, on the
+// request as etcd sees it (dupView; not the KV API's stricter one). r is nil for a
+// one-op request, which writes one key.
+func (e *Server) applyEtcdTxn(ctx context.Context, txn *fsm.Txn, r *pb.TxnRequest) (*fsm.Result, error) {
+	opts := kv.TxnOptions{EtcdDuplicates: true}
+	if r != nil {
+		opts.DuplicateView = dupView(r, txn)
+	}
+	return e.core.Txn(ctx, callerOf(ctx), txn, opts)
+}
+
+// dupView is txn as CheckDuplicateKeysEtcd must see it: a delete whose range_end was
+// "\x00" (every key from key on, translated to the end etcdKeyspaceEnd) has no end
+// again, the shape whose etcd quirk that check knows; a delete up to an explicit end
+// keeps it. txn is the translation of r (etcdTxn), op for op.
+func dupView(r *pb.TxnRequest, txn *fsm.Txn) *fsm.Txn {
+	view := &fsm.Txn{Compares: txn.Compares}
+	view.Success = dupViewOps(r.Success, txn.Success)
+	view.Failure = dupViewOps(r.Failure, txn.Failure)
+	return view
+}
+
+func dupViewOps(reqs []*pb.RequestOp, ops []fsm.Op) []fsm.Op {
+	out := slices.Clone(ops)
+	for i := range out {
+		switch x := reqs[i].Request.(type) {
+		case *pb.RequestOp_RequestDeleteRange:
+			if bytes.Equal(x.RequestDeleteRange.RangeEnd, []byte{0}) {
+				out[i].End = nil
+			}
+		case *pb.RequestOp_RequestTxn:
+			out[i].Txn = dupView(x.RequestTxn, out[i].Txn)
+		}
+	}
+	return out
 }
 
 // deleteOp translates a delete, validated as a get of its range (rangeOp); prev_kv

@@ -17,8 +17,10 @@ import (
 
 // etcd's sort targets and orders, revision filters, count, limit and keys_only, as
 // etcd answers them: filters first, then the sort (stable, key order among equals; a
-// target without an order ascends), count before the limit (kills: a sort order or
-// target ignored or swapped, count taken after the limit, a filter bound off by one).
+// target without an order ascends), count before the filters and the limit, never
+// "more" for count_only (kills: a sort order or target ignored or swapped, count taken
+// after the limit or the filters, a filter bound off by one; the last two found by the
+// differential judge, kv/etcdjudge/differential).
 func TestShapeRangeAsEtcd(t *testing.T) {
 	e := &Server{core: &kv.Server{}}
 	kvs := []fsm.KeyValue{ // key order, as a range returns them
@@ -41,9 +43,11 @@ func TestShapeRangeAsEtcd(t *testing.T) {
 		{&pb.RangeRequest{SortTarget: pb.RangeRequest_VERSION, SortOrder: pb.RangeRequest_DESCEND}, "dacb", 4, false},
 		{&pb.RangeRequest{SortTarget: pb.RangeRequest_VALUE, SortOrder: pb.RangeRequest_ASCEND}, "bcad", 4, false},
 		{&pb.RangeRequest{SortTarget: pb.RangeRequest_KEY, SortOrder: pb.RangeRequest_DESCEND}, "dcba", 4, false},
-		{&pb.RangeRequest{MinModRevision: 7, MaxModRevision: 8}, "cd", 2, false},
-		{&pb.RangeRequest{MinCreateRevision: 2, MaxCreateRevision: 4}, "ab", 2, false},
+		{&pb.RangeRequest{MinModRevision: 7, MaxModRevision: 8}, "cd", 4, false},
+		{&pb.RangeRequest{MinCreateRevision: 2, MaxCreateRevision: 4}, "ab", 4, false},
+		{&pb.RangeRequest{MinCreateRevision: 2, MaxCreateRevision: 4, Limit: 1}, "a", 4, true},
 		{&pb.RangeRequest{CountOnly: true}, "", 4, false},
+		{&pb.RangeRequest{CountOnly: true, Limit: 1}, "", 4, false},
 	} {
 		resp, err := e.shapeRange(c.req, kvs, false)
 		if err != nil {

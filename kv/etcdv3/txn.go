@@ -21,7 +21,7 @@ func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	if err != nil {
 		return nil, err
 	}
-	res, err := e.applyEtcdTxn(ctx, txn)
+	res, err := e.applyEtcdTxn(ctx, txn, r)
 	if err != nil {
 		return nil, err
 	}

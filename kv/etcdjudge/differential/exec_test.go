@@ -277,13 +277,21 @@ func (s *side) watch(ctx context.Context, o op, st *shared) result {
 		opts = append(opts, clientv3.WithFilterDelete())
 	}
 	wch := s.srv.c.Watch(ctx, s.key(o.rng.key), opts...)
+	var wr watchResult
+	timeout := time.After(5 * time.Second)
+	// etcd drops a progress request while a watch of the stream is still catching up
+	// (it answers none), so the request is repeated until one is answered.
+	ask := time.NewTicker(50 * time.Millisecond)
+	defer ask.Stop()
 	if err := s.srv.c.RequestProgress(ctx); err != nil {
 		return result{err: err}
 	}
-	var wr watchResult
-	timeout := time.After(5 * time.Second)
 	for {
 		select {
+		case <-ask.C:
+			if err := s.srv.c.RequestProgress(ctx); err != nil {
+				return result{err: err}
+			}
 		case resp, ok := <-wch:
 			if !ok {
 				return result{resp: wr}

@@ -56,6 +56,9 @@ import (
 //     and more, longer than any sequence, so no lease expires during one;
 //   - a watch starting at the compact revision itself (keel answers ErrCompacted,
 //     etcd serves it): such a watch is skipped on both sides;
+//   - a LEASE compare with < or > against a lease ID: which of two leases has the
+//     greater ID is the server's choice (etcd's grow, keel's do not), so LEASE compares
+//     use < and > only against 0 (the key has a lease, or none);
 //   - compacting at, or watching from, r0: r0 may be the previous sequence's compact
 //     revision on etcd, where on keel a hidden record may lie between, so such an
 //     operation is skipped on both sides.
