@@ -10,28 +10,6 @@ import (
 	"testing"
 )
 
-func BenchmarkTokenEncode(b *testing.B) {
-	c := newTokenCodec([]byte("bench secret"))
-	tok := continueToken{Revision: 123456, Next: []byte("registry/pods/default/pod-000123"),
-		Start: []byte("registry/pods/"), End: []byte("registry/pods0")}
-	b.ReportAllocs()
-	for b.Loop() {
-		c.encode(tok)
-	}
-}
-
-func BenchmarkTokenDecode(b *testing.B) {
-	c := newTokenCodec([]byte("bench secret"))
-	s := c.encode(continueToken{Revision: 123456, Next: []byte("registry/pods/default/pod-000123"),
-		Start: []byte("registry/pods/"), End: []byte("registry/pods0")})
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.decode(s); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func BenchmarkListPage500(b *testing.B)       { benchmarkListPage(b, 100_000, 500, false) }
 func BenchmarkListPage500Binary(b *testing.B) { benchmarkListPage(b, 100_000, 500, true) }
 

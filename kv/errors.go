@@ -9,6 +9,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/ctoken"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
@@ -22,8 +23,9 @@ var (
 	// ErrInvalidBody: a JSON body cannot be decoded or fails validation.
 	ErrInvalidBody = errors.New("kv: invalid request body")
 	// ErrInvalidContinueToken: a continue token is garbled, tampered with, signed by
-	// another cluster, or used for a range it was not issued for.
-	ErrInvalidContinueToken = errors.New("kv: invalid continue token")
+	// another cluster, or used for a range it was not issued for. It is the codec's
+	// ctoken.ErrInvalid (one value under two names).
+	ErrInvalidContinueToken = ctoken.ErrInvalid
 	// ErrTooLarge: a value or body exceeds its configured limit.
 	ErrTooLarge = errors.New("kv: request too large")
 	// ErrConflict: a compare-and-swap guard failed; nothing was written.

@@ -236,7 +236,7 @@ func (s *Server) listRange(ctx context.Context, q resourceReq, token string) (pr
 		if err != nil {
 			return nil, false, err
 		}
-		tok, err := codec.decode(token)
+		tok, err := codec.Decode(token)
 		if err != nil {
 			return nil, false, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/ctoken"
 )
 
 // listRequest is one page request of a paged scan, validated.
@@ -130,7 +131,7 @@ func (s *Server) scan(ctx context.Context, req listRequest) (listPage, error) {
 	if err != nil {
 		return pg, err
 	}
-	pg.cont = codec.encodeAs(s.tokenVersion(), continueToken{Revision: rd.rev, Next: rd.next, Start: req.start, End: req.end})
+	pg.cont = codec.EncodeAs(s.tokenVersion(), ctoken.Token{Revision: rd.rev, Next: rd.next, Start: req.start, End: req.end})
 	return pg, nil
 }
 
@@ -253,20 +254,20 @@ func (s *Server) parseList(r *http.Request, p params) (listRequest, listVersion,
 
 // decodeToken authenticates req's continue token and checks it against the request:
 // same range, next key inside it, and no ?revision= that disagrees.
-func (s *Server) decodeToken(ctx context.Context, req listRequest) (continueToken, error) {
+func (s *Server) decodeToken(ctx context.Context, req listRequest) (ctoken.Token, error) {
 	codec, err := s.tokenCodec(ctx)
 	if err != nil {
-		return continueToken{}, err
+		return ctoken.Token{}, err
 	}
-	tok, err := codec.decode(req.token)
+	tok, err := codec.Decode(req.token)
 	if err != nil {
-		return continueToken{}, err
+		return ctoken.Token{}, err
 	}
-	if err := tok.checkRange(req.start, req.end); err != nil {
-		return continueToken{}, err
+	if err := tok.CheckRange(req.start, req.end); err != nil {
+		return ctoken.Token{}, err
 	}
 	if req.rev != 0 && req.rev != tok.Revision {
-		return continueToken{}, fmt.Errorf("%w: revision=%d disagrees with the continue token's revision %d",
+		return ctoken.Token{}, fmt.Errorf("%w: revision=%d disagrees with the continue token's revision %d",
 			ErrInvalidParam, req.rev, tok.Revision)
 	}
 	return tok, nil
@@ -279,12 +280,12 @@ type formatLimiter interface{ CommandFormatLimit() byte }
 // tokenVersion is the continue-token format this node issues: version 2 (sealed) once
 // every voter applies command format 3, which every release that reads version 2 does
 // and the releases before it (85d08eb, format 2 at most) do not; version 1 before, so
-// a node of the older release can resume the scan (token.go, Compatibility).
+// a node of the older release can resume the scan (kv/internal/ctoken, Compatibility).
 func (s *Server) tokenVersion() byte {
 	if fl, ok := s.store.(formatLimiter); ok && fl.CommandFormatLimit() < fsm.CommandFormatV3 {
-		return tokenVersion1
+		return ctoken.Version1
 	}
-	return tokenVersion2
+	return ctoken.Version2
 }
 
 // expired is the 410 of a scan whose revision is compacted. It carries an inconsistent
@@ -298,7 +299,7 @@ func (s *Server) expired(ctx context.Context, req listRequest, from []byte, err 
 	if len(from) == 0 {
 		from = []byte{0} // the smallest non-empty key: a scan of everything from the start
 	}
-	cont := codec.encodeAs(s.tokenVersion(), continueToken{Revision: 0, Next: from, Start: req.start, End: req.end})
+	cont := codec.EncodeAs(s.tokenVersion(), ctoken.Token{Revision: 0, Next: from, Start: req.start, End: req.end})
 	err = fmt.Errorf("list: %w; restart the scan, or continue it inconsistently "+
 		"at the latest revision with this error's continue token", err)
 	return &expiredError{err: err, cont: cont}

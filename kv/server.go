@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/keel-kv/keel/kv/acl"
+	"github.com/keel-kv/keel/kv/internal/ctoken"
 	"github.com/keel-kv/keel/kv/lease"
 	"golang.org/x/net/http2"
 	//lint:ignore SA1019 http.Server.Protocols peeks for the preface before HTTP/1 parsing (see Serve)
@@ -30,7 +31,7 @@ type Server struct {
 
 	// codec signs continue tokens; nil until the cluster secret is known (it never
 	// changes afterwards, so it is loaded once and kept).
-	codec atomic.Pointer[tokenCodec]
+	codec atomic.Pointer[ctoken.Codec]
 
 	// resources serves /apis; nil until SetResources (no schema: /apis is empty).
 	resources atomic.Pointer[Resources]
@@ -232,7 +233,7 @@ func (s *Server) requestContext(r *http.Request) (context.Context, context.Cance
 
 // tokenCodec returns the codec for continue tokens, waiting at most SecretWait for
 // the replicated cluster secret the first time.
-func (s *Server) tokenCodec(ctx context.Context) (*tokenCodec, error) {
+func (s *Server) tokenCodec(ctx context.Context) (*ctoken.Codec, error) {
 	if c := s.codec.Load(); c != nil {
 		return c, nil
 	}
@@ -245,7 +246,7 @@ func (s *Server) tokenCodec(ctx context.Context) (*tokenCodec, error) {
 	if len(secret) == 0 {
 		return nil, fmt.Errorf("%w: cluster secret is empty", ErrNotReady)
 	}
-	c := newTokenCodec(secret)
+	c := ctoken.NewCodec(secret)
 	s.codec.Store(c)
 	return c, nil
 }

@@ -1,4 +1,4 @@
-package kv
+package ctoken
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"sync"
 )
 
-// continueToken says where a paged scan resumes. It is what the opaque ?continue=
+// Token says where a paged scan resumes. It is what the opaque ?continue=
 // string of a list carries.
 //
 // A scan of the prefix "app/" at revision 42 that has returned app/a..app/m carries
@@ -29,7 +29,7 @@ import (
 // the range it was issued for. Revision 0 marks an *inconsistent* token (issued with a
 // 410 after compaction): its next page is served at the latest revision, and the
 // tokens after it carry that revision again.
-type continueToken struct {
+type Token struct {
 	Revision int64  // revision of every page; 0 = the latest at the next page
 	Next     []byte // first key not yet visited; never empty
 	Start    []byte // range start of the scan; nil = the beginning of the keyspace
@@ -42,7 +42,7 @@ type continueToken struct {
 //	         [0 | 1 = End present] (uvarint(len End) End)?
 //
 // Version 1 (issued only while some voter runs a release that cannot read version 2;
-// see Server.tokenVersion):
+// see kv's Server.tokenVersion):
 //
 //	[0x01] fields HMAC-SHA256(macKey, all before)
 //
@@ -73,13 +73,18 @@ type continueToken struct {
 // downgrade. Version 1 names only a key the caller may read (scan resumes at
 // readable keys), so in that window the token tells its holder nothing it may not
 // know. The first byte stays the format version so the layout can change again
-// without breaking tokens in flight.
+// without breaking tokens in flight. Version1 and Version2 are that first byte.
 const (
-	tokenVersion1 byte = 1
-	tokenVersion2 byte = 2
-	tokenMACSize       = sha256.Size
-	tokenSaltSize      = 16
-	tokenTagSize       = 16 // AES-GCM's
+	// Version1 is the signed, not encrypted, format.
+	Version1 byte = 1
+	// Version2 is the sealed format, issued once every voter reads it.
+	Version2 byte = 2
+)
+
+const (
+	tokenMACSize  = sha256.Size
+	tokenSaltSize = 16
+	tokenTagSize  = 16 // AES-GCM's
 	// maxTokenChars bounds the encoded token before any decoding work (three keys of
 	// up to a few KiB each, base64).
 	maxTokenChars = 64 << 10
@@ -87,24 +92,29 @@ const (
 
 var tokenEncoding = base64.RawURLEncoding
 
-// tokenCodec seals and opens continue tokens with keys derived from the replicated
+// ErrInvalid: a continue token is garbled, tampered with, signed by another cluster,
+// or used for a range it was not issued for. Its text is what every door has always
+// answered; package kv re-exports the same value as kv.ErrInvalidContinueToken.
+var ErrInvalid = errors.New("kv: invalid continue token")
+
+// Codec seals and opens continue tokens with keys derived from the replicated
 // cluster secret, so every node of a cluster accepts the tokens of every other node
 // (and its own, after restarts), and no other cluster's tokens. Safe for concurrent
 // use.
-type tokenCodec struct {
+type Codec struct {
 	macs  sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the version 1 MAC key
 	salts sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the version 2 salt key
 	seals sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the version 2 AEAD key
 }
 
-// newTokenCodec derives the token keys from the cluster secret, each bound to its
+// NewCodec derives the token keys from the cluster secret, each bound to its
 // purpose so the secret can key other things without one standing for another. The
 // version 1 MAC key keeps the derivation of the releases that issued version 1.
-func newTokenCodec(secret []byte) *tokenCodec {
+func NewCodec(secret []byte) *Codec {
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte("keel continue token"))
 	macKey := mac.Sum(nil)
-	c := &tokenCodec{}
+	c := &Codec{}
 	c.macs.New = func() any { return hmac.New(sha256.New, macKey) }
 	c.salts.New = hmacPool(secret, "keel continue token v2 salt")
 	c.seals.New = hmacPool(secret, "keel continue token v2 aead")
@@ -122,7 +132,7 @@ func hmacPool(secret []byte, purpose string) func() any {
 }
 
 // appendFields appends t's fields (the part both versions share).
-func appendFields(b []byte, t continueToken) []byte {
+func appendFields(b []byte, t Token) []byte {
 	b = binary.AppendUvarint(b, uint64(t.Revision))
 	b = appendBytes(b, t.Next)
 	b = appendBytes(b, t.Start)
@@ -133,23 +143,23 @@ func appendFields(b []byte, t continueToken) []byte {
 	return appendBytes(b, t.End)
 }
 
-func fieldsLen(t continueToken) int {
+func fieldsLen(t Token) int {
 	return 4*binary.MaxVarintLen64 + len(t.Next) + len(t.Start) + 1 + len(t.End)
 }
 
-// encodeAs returns the token string for t in format version (tokenVersion1 or 2).
-func (c *tokenCodec) encodeAs(version byte, t continueToken) string {
-	if version != tokenVersion1 {
-		return c.encode(t)
+// EncodeAs returns the token string for t in format version (Version1 or 2).
+func (c *Codec) EncodeAs(version byte, t Token) string {
+	if version != Version1 {
+		return c.Encode(t)
 	}
-	b := appendFields([]byte{tokenVersion1}, t)
+	b := appendFields([]byte{Version1}, t)
 	return tokenEncoding.EncodeToString(c.sum(b, b))
 }
 
-// encode returns the opaque token string for t, in version 2.
-func (c *tokenCodec) encode(t continueToken) string {
+// Encode returns the opaque token string for t, in version 2.
+func (c *Codec) Encode(t Token) string {
 	b := make([]byte, 1+tokenSaltSize, 1+tokenSaltSize+fieldsLen(t)+tokenTagSize)
-	b[0] = tokenVersion2
+	b[0] = Version2
 	plain := appendFields(b, t)[len(b):] // sealed in place
 	salt := c.salt(b[1:1:1+tokenSaltSize], plain)
 	return tokenEncoding.EncodeToString(c.aead(salt).Seal(b, zeroNonce[:], plain, b[:1]))
@@ -158,7 +168,7 @@ func (c *tokenCodec) encode(t continueToken) string {
 var zeroNonce [12]byte
 
 // salt appends the synthetic salt of fields to dst (which must have room for it).
-func (c *tokenCodec) salt(dst, fields []byte) []byte {
+func (c *Codec) salt(dst, fields []byte) []byte {
 	var sum [sha256.Size]byte
 	return append(dst, pooledMAC(&c.salts, sum[:0], fields)[:tokenSaltSize]...)
 }
@@ -174,7 +184,7 @@ func pooledMAC(pool *sync.Pool, dst, b []byte) []byte {
 }
 
 // aead returns the AES-256-GCM of one token: its key is the HMAC of the salt.
-func (c *tokenCodec) aead(salt []byte) cipher.AEAD {
+func (c *Codec) aead(salt []byte) cipher.AEAD {
 	var key [sha256.Size]byte
 	block, err := aes.NewCipher(pooledMAC(&c.seals, key[:0], salt))
 	if err != nil {
@@ -193,55 +203,55 @@ func appendBytes(b, p []byte) []byte {
 }
 
 // sum appends the version 1 MAC of b to dst.
-func (c *tokenCodec) sum(dst, b []byte) []byte { return pooledMAC(&c.macs, dst, b) }
+func (c *Codec) sum(dst, b []byte) []byte { return pooledMAC(&c.macs, dst, b) }
 
-// decode parses and authenticates a token string. Every failure wraps
-// ErrInvalidContinueToken and says what was wrong, never which byte of the MAC.
-func (c *tokenCodec) decode(s string) (continueToken, error) {
+// Decode parses and authenticates a token string. Every failure wraps
+// ErrInvalid and says what was wrong, never which byte of the MAC.
+func (c *Codec) Decode(s string) (Token, error) {
 	if len(s) > maxTokenChars {
-		return continueToken{}, fmt.Errorf("%w: %d characters, more than %d", ErrInvalidContinueToken, len(s), maxTokenChars)
+		return Token{}, fmt.Errorf("%w: %d characters, more than %d", ErrInvalid, len(s), maxTokenChars)
 	}
 	raw, err := tokenEncoding.DecodeString(s)
 	if err != nil {
-		return continueToken{}, fmt.Errorf("%w: not base64url", ErrInvalidContinueToken)
+		return Token{}, fmt.Errorf("%w: not base64url", ErrInvalid)
 	}
 	var fields []byte
 	switch {
 	case len(raw) == 0:
-		return continueToken{}, fmt.Errorf("%w: empty", ErrInvalidContinueToken)
-	case raw[0] == tokenVersion2:
+		return Token{}, fmt.Errorf("%w: empty", ErrInvalid)
+	case raw[0] == Version2:
 		if len(raw) < 1+tokenSaltSize+tokenTagSize {
-			return continueToken{}, fmt.Errorf("%w: too short", ErrInvalidContinueToken)
+			return Token{}, fmt.Errorf("%w: too short", ErrInvalid)
 		}
 		salt, sealed := raw[1:1+tokenSaltSize], raw[1+tokenSaltSize:]
 		fields, err = c.aead(salt).Open(sealed[:0], zeroNonce[:], sealed, raw[:1])
 		var want [tokenSaltSize]byte
 		if err != nil || !hmac.Equal(c.salt(want[:0], fields), salt) {
-			return continueToken{}, fmt.Errorf("%w: cannot open it (tampered, or issued by another cluster)", ErrInvalidContinueToken)
+			return Token{}, fmt.Errorf("%w: cannot open it (tampered, or issued by another cluster)", ErrInvalid)
 		}
-	case raw[0] == tokenVersion1:
+	case raw[0] == Version1:
 		if len(raw) < 1+tokenMACSize {
-			return continueToken{}, fmt.Errorf("%w: too short", ErrInvalidContinueToken)
+			return Token{}, fmt.Errorf("%w: too short", ErrInvalid)
 		}
 		body := raw[:len(raw)-tokenMACSize]
 		var sum [tokenMACSize]byte
 		if !hmac.Equal(c.sum(sum[:0], body), raw[len(body):]) {
-			return continueToken{}, fmt.Errorf("%w: signature mismatch (tampered, or issued by another cluster)", ErrInvalidContinueToken)
+			return Token{}, fmt.Errorf("%w: signature mismatch (tampered, or issued by another cluster)", ErrInvalid)
 		}
 		fields = body[1:]
 	default:
-		return continueToken{}, fmt.Errorf("%w: unknown format version %d", ErrInvalidContinueToken, raw[0])
+		return Token{}, fmt.Errorf("%w: unknown format version %d", ErrInvalid, raw[0])
 	}
 	t, err := parseToken(fields)
 	if err != nil {
-		return continueToken{}, fmt.Errorf("%w: %v", ErrInvalidContinueToken, err)
+		return Token{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return t, nil
 }
 
 // parseToken parses the authenticated fields.
-func parseToken(b []byte) (continueToken, error) {
-	var t continueToken
+func parseToken(b []byte) (Token, error) {
+	var t Token
 	rev, n := binary.Uvarint(b)
 	if n <= 0 || rev > math.MaxInt64 {
 		return t, errors.New("bad revision")
@@ -289,14 +299,14 @@ func readBytes(b []byte, what string) (field, rest []byte, err error) {
 	return b[:l:l], b[l:], nil
 }
 
-// checkRange verifies the token was issued for the scan [start, end) and that its
+// CheckRange verifies the token was issued for the scan [start, end) and that its
 // next key lies inside it.
-func (t continueToken) checkRange(start, end []byte) error {
+func (t Token) CheckRange(start, end []byte) error {
 	if !bytes.Equal(t.Start, start) || (t.End == nil) != (end == nil) || !bytes.Equal(t.End, end) {
-		return fmt.Errorf("%w: issued for another range (another prefix)", ErrInvalidContinueToken)
+		return fmt.Errorf("%w: issued for another range (another prefix)", ErrInvalid)
 	}
 	if bytes.Compare(t.Next, start) < 0 || (end != nil && bytes.Compare(t.Next, end) >= 0) {
-		return fmt.Errorf("%w: next key outside the scan's range", ErrInvalidContinueToken)
+		return fmt.Errorf("%w: next key outside the scan's range", ErrInvalid)
 	}
 	return nil
 }

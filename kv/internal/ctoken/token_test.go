@@ -1,4 +1,4 @@
-package kv
+package ctoken
 
 import (
 	"bytes"
@@ -7,15 +7,15 @@ import (
 )
 
 func TestTokenRoundTrip(t *testing.T) {
-	c := newTokenCodec([]byte("secret"))
-	tests := []continueToken{
+	c := NewCodec([]byte("secret"))
+	tests := []Token{
 		{Revision: 42, Next: []byte("app/n"), Start: []byte("app/"), End: []byte("app0")},
 		{Revision: 0, Next: []byte{0}},
 		{Revision: 1<<63 - 1, Next: bytes.Repeat([]byte("k"), 4096), Start: []byte("k"), End: []byte("l")},
 		{Revision: 7, Next: []byte("b"), End: []byte{}},
 	}
 	for i, want := range tests {
-		got, err := c.decode(c.encode(want))
+		got, err := c.Decode(c.Encode(want))
 		if err != nil {
 			t.Fatalf("#%d: decode: %v", i, err)
 		}
@@ -27,9 +27,9 @@ func TestTokenRoundTrip(t *testing.T) {
 }
 
 func TestTokenRejects(t *testing.T) {
-	c := newTokenCodec([]byte("secret"))
-	good := c.encode(continueToken{Revision: 3, Next: []byte("a/b"), Start: []byte("a/"), End: []byte("a0")})
-	other := newTokenCodec([]byte("other")).encode(continueToken{Revision: 3, Next: []byte("a/b"), Start: []byte("a/"), End: []byte("a0")})
+	c := NewCodec([]byte("secret"))
+	good := c.Encode(Token{Revision: 3, Next: []byte("a/b"), Start: []byte("a/"), End: []byte("a0")})
+	other := NewCodec([]byte("other")).Encode(Token{Revision: 3, Next: []byte("a/b"), Start: []byte("a/"), End: []byte("a0")})
 	// A correctly signed token whose fields do not parse: the MAC is checked first,
 	// so build it with the codec's own key.
 	signed := func(body []byte) string { return tokenEncoding.EncodeToString(c.sum(body, body)) }
@@ -45,8 +45,8 @@ func TestTokenRejects(t *testing.T) {
 		string(bytes.Repeat([]byte("A"), maxTokenChars+4)),
 	}
 	for i, s := range tests {
-		if _, err := c.decode(s); !errors.Is(err, ErrInvalidContinueToken) {
-			t.Errorf("#%d: decode(%.20q) = %v, want ErrInvalidContinueToken", i, s, err)
+		if _, err := c.Decode(s); !errors.Is(err, ErrInvalid) {
+			t.Errorf("#%d: decode(%.20q) = %v, want ErrInvalid", i, s, err)
 		}
 	}
 }
@@ -56,8 +56,8 @@ func TestTokenRejects(t *testing.T) {
 //
 //	range [a/, a0): a/b inside; a0 and a. outside
 func TestTokenCheckRange(t *testing.T) {
-	tok := func(next, start, end string, hasEnd bool) continueToken {
-		t := continueToken{Revision: 1, Next: []byte(next), Start: []byte(start)}
+	tok := func(next, start, end string, hasEnd bool) Token {
+		t := Token{Revision: 1, Next: []byte(next), Start: []byte(start)}
 		if start == "" {
 			t.Start = nil
 		}
@@ -67,7 +67,7 @@ func TestTokenCheckRange(t *testing.T) {
 		return t
 	}
 	tests := []struct {
-		tok        continueToken
+		tok        Token
 		start, end []byte
 		ok         bool
 	}{
@@ -82,8 +82,8 @@ func TestTokenCheckRange(t *testing.T) {
 		{tok("a/b", "a/", "", false), []byte("a/"), []byte("a0"), false},
 	}
 	for i, tt := range tests {
-		err := tt.tok.checkRange(tt.start, tt.end)
-		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrInvalidContinueToken)) {
+		err := tt.tok.CheckRange(tt.start, tt.end)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("#%d: checkRange = %v, want ok %v", i, err, tt.ok)
 		}
 	}
