@@ -43,6 +43,8 @@ func TestTokenRejects(t *testing.T) {
 		signed([]byte{1, 3, 9, 'a'}),          // next length past the end
 		signed([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 'a', 0, 0}), // revision > MaxInt64
 		string(bytes.Repeat([]byte("A"), maxTokenChars+4)),
+		good[:8] + "\n" + good[8:], // the decoder skips line breaks: a second string of the token
+		good + "\r\n",
 	}
 	for i, s := range tests {
 		if _, err := c.Decode(s); !errors.Is(err, ErrInvalid) {
