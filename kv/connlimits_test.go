@@ -64,6 +64,7 @@ func serveOn(t *testing.T, cfg Config, store Store) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	attachTestDoors(srv)
 	port, err := freeport.TCP("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)

@@ -73,14 +73,17 @@ func (s *Server) ACLsEnabled(ctx context.Context) (bool, error) {
 }
 
 // AdmitRequest takes a slot for one request in flight from the client address src ("",
-// unknown): the node's and the per-client bound every door shares. It returns the
-// function that gives the slot back, or ErrTooManyRequests.
-func (s *Server) AdmitRequest(src string) (release func(), err error) {
+// unknown): the node's and the per-client bound every door shares. It is nil or
+// ErrTooManyRequests; ReleaseRequest(src) gives an admitted request's slot back.
+func (s *Server) AdmitRequest(src string) error {
 	if !s.acquireRequest(src) {
-		return nil, s.tooManyRequests()
+		return s.tooManyRequests()
 	}
-	return func() { s.releaseRequest(src) }, nil
+	return nil
 }
+
+// ReleaseRequest gives back the slot AdmitRequest(src) took.
+func (s *Server) ReleaseRequest(src string) { s.releaseRequest(src) }
 
 // Config is the configuration the server was made with (limits, TLS, timeouts).
 func (s *Server) Config() Config { return s.cfg }

@@ -12,16 +12,18 @@
 // tokens are valid on every node and across restarts because the secret that signs them
 // is replicated. The wire types live in kv/api; the Go client in kv/client.
 //
-// The service core. [Server]'s exported methods (core.go, core_kv.go) are the
+// The service core. [Server]'s exported methods (core*.go) are the
 // operations keel offers, door-neutral: they take the caller's identity ([Caller],
 // from Authenticate) and return typed results and typed errors (errors.go's Err*,
 // fsm's, raft's). DESIGN: rights, limits, reserved prefixes, UTF-8 and duplicate-key
 // checks live here, once; a door decodes its protocol, calls the core, encodes the
 // answer and maps errors in one function of its own. The etcd v3 gRPC door is
-// package kv/etcdv3 and calls only the core's exported methods. The HTTP routes
-// (routes_*.go, mapped by classify in errors.go) and the stream protocol (stream*.go)
-// still live in this package and call the same unexported helpers the core's methods
-// wrap; they move to packages of their own next (issue #25).
+// package kv/etcdv3, the stream protocol's door package kv/stream (attached with
+// stream.Attach: it serves the connections the HTTP routes upgrade from GET
+// /v1/stream); both call only the core's exported methods. The HTTP routes
+// (routes_*.go, errors mapped by classify in errors.go, which is also the stream's
+// table: WireError) still live in this package and call the unexported helpers the
+// core's methods wrap; they move to a package of their own next (issue #25).
 //
 // Every right decision is the ACL engine's, package kv/acl: kv authenticates a request
 // (acl_routes.go), keeps the node's current acl.State, writes the ACL records

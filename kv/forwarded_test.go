@@ -20,6 +20,7 @@ func serveNode(t *testing.T, n *raft.Node) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	attachTestDoors(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &testServer{t: t, srv: srv, url: hs.URL}

@@ -11,7 +11,8 @@ import (
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 // EnableMetrics counts requests and measures their latency by route pattern, method
-// and status into reg (keel_http_requests_total, keel_http_request_duration_seconds).
+// and status into reg (keel_http_requests_total, keel_http_request_duration_seconds),
+// and registers the stream door's metrics (SetStreamDoor first).
 // Call it before Serve.
 func (s *Server) EnableMetrics(reg prometheus.Registerer) error {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -21,21 +22,15 @@ func (s *Server) EnableMetrics(reg prometheus.Registerer) error {
 		Name: "keel_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
 		Buckets: latencyBuckets,
 	}, []string{"route", "method"})
-	sm := &streamMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keel_stream_requests_total", Help: "Stream-protocol requests by op and status code.",
-		}, []string{"op", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "keel_stream_request_duration_seconds", Help: "Stream-protocol request latency by op.",
-			Buckets: latencyBuckets,
-		}, []string{"op"}),
+	collectors := []prometheus.Collector{requests, latency}
+	if d := s.streamDoor.Load(); d != nil {
+		collectors = append(collectors, (*d).Collectors()...)
 	}
-	for _, c := range []prometheus.Collector{requests, latency, sm.requests, sm.latency} {
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
 	}
-	s.streamMetrics = sm
 	next := s.handler
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()

@@ -51,7 +51,7 @@ func leaseFormatError(err error) error {
 }
 
 // The lease operations below serve both the HTTP routes and the stream protocol's
-// lease ops (stream.go); every rule on leases is here, once. Each checks the lease
+// lease ops (kv/stream, through core_kv.go); every rule on leases is here, once. Each checks the lease
 // right itself: the HTTP routes' rule (ruleAnyWrite) has already, a stream carries
 // its token in ctx.
 //

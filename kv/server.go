@@ -49,15 +49,9 @@ type Server struct {
 		closed bool
 	}
 
-	// streams are the upgraded stream-protocol connections (stream.go), which the
-	// HTTP server no longer tracks.
-	streams struct {
-		sync.Mutex
-		conns  map[*streamConn]struct{}
-		closed bool
-		wg     sync.WaitGroup // one per registered connection
-	}
-	streamMetrics *streamMetrics
+	// streamDoor serves the connections upgraded from GET /v1/stream (upgrade.go);
+	// nil until SetStreamDoor.
+	streamDoor atomic.Pointer[StreamDoor]
 
 	// watches counts the watches being served; watchStop is closed by Shutdown to end
 	// them (the HTTP server waits for every handler, a watch never ends by itself).

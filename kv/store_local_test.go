@@ -43,6 +43,7 @@ func newTestServerOn(t testing.TB, store *kvtest.LocalStore, opts ...func(*Confi
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
+	attachTestDoors(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &testServer{t: t, store: store, srv: srv, url: hs.URL}

@@ -354,6 +354,7 @@ func newTestServerWith(t *testing.T, st *leaderlessStore) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	attachTestDoors(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &testServer{t: t, store: st.LocalStore, srv: srv, url: hs.URL}

@@ -18,6 +18,7 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/kv/stream"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -52,6 +53,7 @@ func newFixture(t testing.TB, opts ...func(*kv.Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream.Attach(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	f := &fixture{store: store, url: hs.URL, sent: &countingTransport{}}

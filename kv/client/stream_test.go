@@ -17,6 +17,7 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/kv/stream"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -30,6 +31,7 @@ func oldStreamNode(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream.Attach(srv)
 	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != api.PathStream {
 			srv.Handler().ServeHTTP(w, r)
@@ -234,6 +236,7 @@ func TestStreamFallsBackToHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream.Attach(srv)
 	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == api.PathStream {
 			w.Header().Set("Content-Type", "application/json")
@@ -271,6 +274,7 @@ func TestStreamShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream.Attach(srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/kv/stream"
 )
 
 // collect reads n change events (progress skipped) from events, failing on an error.
@@ -186,6 +187,7 @@ func TestStreamWatchFallsBackToHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream.Attach(srv)
 	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == api.PathStream {
 			http.Error(w, `{"code":404,"reason":"NotFound","message":"kv: no such route"}`, http.StatusNotFound)

@@ -118,11 +118,11 @@ func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAl
 	if err != nil {
 		return nil, err
 	}
-	release, err := l.e.core.AdmitRequest(peerHost(ctx))
-	if err != nil {
+	src := peerHost(ctx)
+	if err := l.e.core.AdmitRequest(src); err != nil {
 		return nil, err
 	}
-	defer release()
+	defer l.e.core.ReleaseRequest(src)
 	ctx, cancel := l.e.core.RequestContext(ctx)
 	defer cancel()
 	left, err := l.e.core.LeaseKeepAlive(ctx, c, id)

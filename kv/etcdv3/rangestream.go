@@ -25,11 +25,11 @@ func (k etcdKV) RangeStream(r *pb.RangeRequest, ss grpc.ServerStreamingServer[pb
 	}
 	// A request as a unary Range is: it takes a slot of the client's and the node's
 	// bound, and the read is bounded by the request timeout.
-	release, err := k.e.core.AdmitRequest(peerHost(ss.Context()))
-	if err != nil {
+	src := peerHost(ss.Context())
+	if err := k.e.core.AdmitRequest(src); err != nil {
 		return err
 	}
-	defer release()
+	defer k.e.core.ReleaseRequest(src)
 	ctx, cancel := k.e.core.RequestContext(ss.Context())
 	defer cancel()
 	resp, err := k.Range(ctx, r)

@@ -188,11 +188,11 @@ func (e *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err != nil {
 		return nil, err
 	}
-	release, err := e.core.AdmitRequest(peerHost(ctx))
-	if err != nil {
+	src := peerHost(ctx)
+	if err := e.core.AdmitRequest(src); err != nil {
 		return nil, etcdError(err)
 	}
-	defer release()
+	defer e.core.ReleaseRequest(src)
 	ctx, cancel := e.core.RequestContext(ctx)
 	defer cancel()
 	resp, err := handler(ctx, req)

@@ -20,11 +20,11 @@ const snapshotChunk = 32 << 10
 // remaining_bytes is 0; etcd's client reads to the end of the stream.
 func (m etcdMaintenance) Snapshot(_ *pb.SnapshotRequest, ss grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	ctx := ss.Context()
-	release, err := m.e.core.AdmitRequest(peerHost(ctx))
-	if err != nil {
+	src := peerHost(ctx)
+	if err := m.e.core.AdmitRequest(src); err != nil {
 		return err
 	}
-	defer release()
+	defer m.e.core.ReleaseRequest(src)
 	pr, pw := io.Pipe()
 	defer pr.Close() // a failed Send ends the writer
 	go func() { pw.CloseWithError(m.e.core.SaveEtcdSnapshot(ctx, callerOf(ctx), pw)) }()

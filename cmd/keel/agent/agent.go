@@ -19,6 +19,7 @@ import (
 	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/etcdv3"
+	"github.com/keel-kv/keel/kv/stream"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
@@ -156,6 +157,7 @@ func (a *Agent) start(ctx context.Context) error {
 	if a.server, err = kv.NewServer(kcfg, a.node, a.log.Named("http")); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
+	stream.Attach(a.server)
 	if cfg.MaxCommandFormat > 0 {
 		// Simulates a node of an older release: it announces only the formats it applies.
 		a.node.SetCommandFormatLimit(byte(cfg.MaxCommandFormat))

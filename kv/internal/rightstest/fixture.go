@@ -16,6 +16,7 @@ import (
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/kv/stream"
 )
 
 // Fixture is a server with ACLs bootstrapped, the key Key, a lease, and for each
@@ -69,6 +70,7 @@ func serve(t *testing.T, store kv.Store) (*kv.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream.Attach(srv)
 	ln := Listen(t)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

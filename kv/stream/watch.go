@@ -1,4 +1,4 @@
-package kv
+package stream
 
 import (
 	"cmp"
@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
 
 // Watches on the stream protocol (api/stream_watch.go). A watch's start (validation,
-// the MaxWatches count, the linearizable wait, the watcher) is the code of GET
-// /v1/watch (newWatchReq, openWatch). Starts are taken in batches by the connection's
+// rights, the MaxWatches count, the linearizable wait, the watcher) is the core's, as
+// for GET /v1/watch (CheckWatch, WaitLinearizable, OpenWatch). Starts are taken in batches by the connection's
 // starter goroutine, and one linearizable wait (one read-index round) serves every
 // linearizable start of a batch: each of them arrived before the wait began, so the
 // node has then applied every write acknowledged before each. Once started, every
@@ -74,24 +75,18 @@ type streamWatch struct {
 
 	// Set when the start succeeded (under streamWatches.mu); then owned by the pump.
 	live          bool
-	queued        bool // in ready (under readyMu)
-	canceled      bool // the client canceled it (under streamWatches.mu)
-	requireLeader bool // ends when the node loses leader contact
-	watcher       *fsm.Watcher
-	done          func()
-	due           int64 // next progress notification, Unix nanoseconds
-	last          int64 // last revision whose events were all written
-	// allow and revoked apply the connection token's current rights (watchRights):
-	// events of keys it may not read are dropped, and the watch ends once the token
-	// is deleted. Both nil without ACLs.
-	allow   func(key []byte) bool
-	revoked func() error
+	queued        bool      // in ready (under readyMu)
+	canceled      bool      // the client canceled it (under streamWatches.mu)
+	requireLeader bool      // ends when the node loses leader contact
+	watcher       *kv.Watch // its Allowed and RightsLost apply the token's current rights
+	due           int64     // next progress notification, Unix nanoseconds
+	last          int64     // last revision whose events were all written
 }
 
 // pendingStart is a validated watch waiting for the starter.
 type pendingStart struct {
-	w *streamWatch
-	q watchReq
+	w  *streamWatch
+	sp kv.WatchSpec
 }
 
 type encKey struct {
@@ -118,19 +113,15 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 		return
 	}
 	fail := func(err error) {
-		e := errorBody(err, false)
+		e := kv.WireError(err, false)
 		c.answer(&api.StreamResponse{ID: req.ID, Op: api.StreamWatch, Err: &e})
 	}
-	cons := fsm.Linearizable
-	if req.Serializable {
-		cons = fsm.Serializable
-	}
-	q, err := c.s.newWatchReq(string(req.Key), req.Prefix, req.Revision, req.PrevKV, req.Progress, cons)
-	if err == nil {
-		err = c.s.checkWatchStart(c.ctx, q)
-	}
+	w := &streamWatch{id: req.ID, prevKV: req.PrevKV, progress: req.Progress, requireLeader: req.RequireLeader}
+	sp, err := c.d.core.CheckWatch(c.ctx, c.caller, kv.WatchRequest{Key: req.Key, Prefix: req.Prefix,
+		StartRevision: req.Revision, PrevKV: req.PrevKV, Progress: req.Progress, Linearizable: !req.Serializable,
+		Notify: func() { ws.markReady(w) }})
 	if err == nil && req.RequireLeader {
-		err = c.s.leaderContact()
+		err = c.d.core.LeaderContact()
 	}
 	if err != nil {
 		fail(err)
@@ -146,23 +137,21 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 		go c.pump()
 		go c.starter()
 	}
-	switch max := c.s.cfg.MaxStreamWatches; {
+	switch max := c.d.cfg.MaxStreamWatches; {
 	case ws.byID[req.ID] != nil:
 		ws.mu.Unlock()
-		fail(fmt.Errorf("%w: watch id %d is in use on this connection", ErrInvalidParam, req.ID))
+		fail(fmt.Errorf("%w: watch id %d is in use on this connection", kv.ErrInvalidParam, req.ID))
 		return
 	case max > 0 && len(ws.byID) >= max:
 		ws.mu.Unlock()
 		fail(fmt.Errorf("%w: this connection has its maximum of %d watches; cancel one or open another connection",
-			ErrTooManyWatches, max))
+			kv.ErrTooManyWatches, max))
 		return
 	}
-	w := &streamWatch{id: req.ID, prevKV: q.prevKV, progress: q.progress, requireLeader: req.RequireLeader}
+	w.progress = sp.Progress()
 	ws.needLeader = ws.needLeader || req.RequireLeader
-	w.allow, w.revoked = c.s.watchRights(c.ctx)
 	ws.byID[req.ID] = w
-	q.opts.Notify = func() { ws.markReady(w) }
-	ws.starts = append(ws.starts, pendingStart{w, q})
+	ws.starts = append(ws.starts, pendingStart{w, sp})
 	ws.mu.Unlock()
 	select {
 	case ws.kick <- struct{}{}:
@@ -196,32 +185,32 @@ func (c *streamConn) starter() {
 		waited := false
 		for pass := 0; pass < 2; pass++ {
 			for _, p := range batch {
-				if (p.q.cons == fsm.Linearizable) != (pass == 1) {
+				if p.sp.Linearizable() != (pass == 1) {
 					continue
 				}
 				if pass == 1 && !waited {
 					waited = true
-					ctx, cancel := context.WithTimeout(ws.ctx, c.s.cfg.RequestTimeout)
-					_, barrier = c.s.store.View(ctx, fsm.Linearizable)
-					cancel()
+					barrier = c.d.core.WaitLinearizable(ws.ctx)
 				}
 				if barrier != nil {
-					c.started(p, nil, 0, nil, barrier)
+					c.started(p, nil, barrier)
 					continue
 				}
-				q := p.q
-				q.cons = fsm.Serializable // the barrier, if any, is passed
-				watcher, rev, done, err := c.s.openWatch(ws.ctx, q)
-				c.started(p, watcher, rev, done, err)
+				watcher, err := c.d.core.OpenWatch(ws.ctx, p.sp) // the barrier, if any, is passed
+				c.started(p, watcher, err)
 			}
 		}
 	}
 }
 
 // started hands an opened watch to the pump, or answers why it could not start.
-func (c *streamConn) started(p pendingStart, watcher *fsm.Watcher, rev int64, done func(), err error) {
+func (c *streamConn) started(p pendingStart, watcher *kv.Watch, err error) {
 	ws := &c.watches
-	w, q := p.w, p.q
+	w := p.w
+	var rev int64
+	if watcher != nil {
+		rev = watcher.Revision
+	}
 	ws.mu.Lock()
 	canceled := w.canceled
 	if err != nil || canceled || ws.ctx.Err() != nil {
@@ -230,26 +219,26 @@ func (c *streamConn) started(p pendingStart, watcher *fsm.Watcher, rev int64, do
 		var werr *fsm.WatchError
 		switch {
 		case err == nil:
-			done()
+			watcher.Close()
 			if canceled {
 				c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: rev,
 					Reason: api.ReasonCanceled, Message: "the watch was canceled"})
 			}
 		case canceled:
-			c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: max(q.opts.StartRevision-1, 0),
+			c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: max(p.sp.StartRevision()-1, 0),
 				Reason: api.ReasonCanceled, Message: "the watch was canceled before it started"})
 		case ws.ctx.Err() != nil:
 		case errors.As(err, &werr) && errors.Is(err, fsm.ErrCompacted):
 			c.answer(endFrame(w.id, err))
 		default:
-			e := errorBody(err, false)
+			e := kv.WireError(err, false)
 			c.answer(&api.StreamResponse{ID: w.id, Op: api.StreamWatch, Err: &e})
 		}
 		return
 	}
-	w.watcher, w.done, w.live = watcher, done, true
+	w.watcher, w.live = watcher, true
 	w.last = rev
-	if start := q.opts.StartRevision; start > 0 {
+	if start := p.sp.StartRevision(); start > 0 {
 		w.last = start - 1
 	}
 	if w.progress > 0 {
@@ -276,7 +265,7 @@ func (ws *streamWatches) markReady(w *streamWatch) {
 }
 
 // pumpTick is how often the pump checks for due progress notifications.
-const pumpTick = minWatchProgress / 2
+const pumpTick = kv.MinWatchProgress / 2
 
 // pump serves the connection's live watches until the connection ends.
 func (c *streamConn) pump() {
@@ -349,15 +338,15 @@ func (c *streamConn) serveWatch(done context.Context, w *streamWatch) error {
 	}
 	for range 8 { // bounded: a busy watch yields to the others of the connection
 		groups, err := w.watcher.Next(done)
-		if err == nil && w.revoked != nil {
-			err = w.revoked()
+		if err == nil {
+			err = w.watcher.RightsLost()
 		}
 		switch {
 		case err == nil:
 			for _, g := range groups {
-				if w.allow != nil {
+				if w.watcher.Filtered() {
 					rev := g.Revision
-					if g = allowedEvents(g, w.allow); g == nil {
+					if g = allowedEvents(g, w.watcher.Allowed); g == nil {
 						w.last = rev // nothing the token may read at rev
 						continue
 					}
@@ -466,7 +455,7 @@ func (c *streamConn) endLeaderless() error {
 	if !need {
 		return nil
 	}
-	lost := c.s.leaderContact()
+	lost := c.d.core.LeaderContact()
 	if lost == nil {
 		return nil
 	}
@@ -493,7 +482,7 @@ func (c *streamConn) endWatch(w *streamWatch, last *api.StreamResponse) {
 	delete(ws.byID, w.id)
 	w.live = false // Close below notifies once more
 	ws.mu.Unlock()
-	w.done()
+	w.watcher.Close()
 	c.queueOut(api.AppendStreamResponse(ws.out, last))
 }
 
@@ -505,7 +494,7 @@ func (c *streamConn) closeWatches() {
 	for id, w := range ws.byID {
 		if w.live {
 			w.live = false
-			w.done()
+			w.watcher.Close()
 			delete(ws.byID, id)
 		}
 	}
@@ -538,7 +527,7 @@ func (c *streamConn) flushOut() error {
 
 // endFrame is the end frame of watch id that ended with err.
 func endFrame(id uint64, err error) *api.StreamResponse {
-	line := endLine(err)
+	line := kv.WatchEnd(err)
 	return &api.StreamResponse{ID: id, Op: api.StreamWatch, Watch: api.StreamWatchEnd, Revision: line.Revision,
 		CompactRevision: line.CompactRevision, Reason: line.Reason, Message: line.Message}
 }
@@ -592,12 +581,12 @@ func (c *streamConn) encodeEvents(g *fsm.RevisionEvents, prevKV bool) []byte {
 	evs := make([]api.StreamEvent, len(g.Events))
 	for i := range g.Events {
 		ev := &g.Events[i]
-		evs[i] = api.StreamEvent{Type: api.EventPut, KV: toAPI(ev.KV)}
+		evs[i] = api.StreamEvent{Type: api.EventPut, KV: kv.APIKV(ev.KV)}
 		if ev.Type == fsm.EventDelete {
 			evs[i].Type = api.EventDelete
 		}
 		if prevKV && ev.PrevKV != nil {
-			p := toAPI(*ev.PrevKV)
+			p := kv.APIKV(*ev.PrevKV)
 			evs[i].PrevKV = &p
 		}
 	}

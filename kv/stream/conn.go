@@ -1,0 +1,268 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// The stream protocol (see api/stream.go): single-key reads and writes as binary
+// frames on one upgraded connection, many in flight, answers coalesced into few
+// writes. Each request is one call of the core (Get, Put, Delete, Txn, the lease
+// operations), the calls the HTTP routes make, so the two differ only in framing.
+
+const (
+	// streamWriteTimeout bounds one flush to a client that stopped reading.
+	streamWriteTimeout = 30 * time.Second
+	streamBufSize      = 64 << 10
+	// streamWorkerIdle: how long a connection's idle worker goroutine waits for the
+	// next request before it exits.
+	streamWorkerIdle = 10 * time.Second
+)
+
+type streamConn struct {
+	d      *Door
+	caller kv.Caller // the token of the upgrade request
+	conn   net.Conn
+	src    string // the client's address, for the per-client request bound
+	br     *bufio.Reader
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	work   chan *api.StreamRequest // to idle workers (unbuffered)
+	wg     sync.WaitGroup          // requests in flight
+	flush  chan struct{}           // cap 1: a flush is wanted
+	wmu    sync.Mutex
+	bw     *bufio.Writer
+	werr   error // first write failure; later answers are dropped
+
+	watches streamWatches // stream_watch.go
+}
+
+// newStreamConn registers a stream with the door (so Close closes it); nil once the
+// door is closing. Every request of the stream runs for caller, the token of the
+// upgrade request.
+func (d *Door) newStreamConn(conn net.Conn, br *bufio.Reader, caller kv.Caller) *streamConn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &streamConn{d: d, caller: caller, conn: conn, src: sourceOf(conn), br: br, ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, d.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest),
+		flush: make(chan struct{}, 1), bw: bufio.NewWriterSize(conn, streamBufSize)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		cancel()
+		return nil
+	}
+	if d.conns == nil {
+		d.conns = map[*streamConn]struct{}{}
+	}
+	d.conns[c] = struct{}{}
+	d.wg.Add(1)
+	return c
+}
+
+// sourceOf is the IP address of a connection's peer, for the per-client request bound.
+func sourceOf(c net.Conn) string {
+	addr := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
+func (c *streamConn) serve() {
+	flushDone := make(chan struct{})
+	go c.flusher(flushDone)
+	defer func() {
+		c.stopWatches()
+		c.wg.Wait()
+		c.cancel()
+		<-flushDone
+		c.wmu.Lock()
+		if c.werr == nil {
+			c.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			c.bw.Flush()
+		}
+		c.wmu.Unlock()
+		c.conn.Close()
+		c.d.mu.Lock()
+		delete(c.d.conns, c)
+		c.d.mu.Unlock()
+		c.d.wg.Done()
+	}()
+	cfg := c.d.cfg
+	max := int(max(cfg.MaxValueBytes+int64(cfg.MaxKeyBytes), cfg.MaxTxnBodyBytes)) + 64
+	for {
+		body, err := c.readFrame(max)
+		var tooLarge *api.ErrStreamFrameTooLarge
+		switch {
+		case errors.As(err, &tooLarge):
+			if !c.refuseLarge(tooLarge.Size) {
+				return
+			}
+			continue
+		case err != nil:
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				c.d.core.Logger().Debug("stream: closing connection", "remote", c.conn.RemoteAddr().String(), "error", err)
+			}
+			return
+		}
+		var req api.StreamRequest
+		if err := api.DecodeStreamRequest(body, &req); err != nil {
+			if _, n := binary.Uvarint(body); n <= 0 {
+				// No id to answer: the client is not speaking this protocol.
+				c.d.core.Logger().Debug("stream: unreadable request", "remote", c.conn.RemoteAddr().String(), "error", err)
+				return
+			}
+			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &api.Error{Code: http.StatusBadRequest,
+				Reason: api.ReasonBadRequest, Message: err.Error()}})
+			continue
+		}
+		if req.Op == api.StreamWatch || req.Op == api.StreamWatchCancel {
+			c.watchFrame(&req)
+			continue
+		}
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		if err := c.d.core.AdmitRequest(c.src); err != nil {
+			<-c.sem
+			e := kv.WireError(err, req.Op != api.StreamGet)
+			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &e})
+			continue
+		}
+		c.wg.Add(1)
+		c.dispatch(&req)
+	}
+}
+
+// dispatch hands req to an idle worker of this connection, or starts one. Workers
+// outlive their request: a goroutine per request would grow a fresh stack through
+// the whole write path every time (a tenth of the leader's CPU under load).
+func (c *streamConn) dispatch(req *api.StreamRequest) {
+	select {
+	case c.work <- req:
+	default:
+		go c.worker(req)
+	}
+}
+
+// worker runs requests until it has been idle for streamWorkerIdle or the connection
+// closes.
+func (c *streamConn) worker(req *api.StreamRequest) {
+	idle := time.NewTimer(streamWorkerIdle)
+	defer idle.Stop()
+	for {
+		resp := c.do(req)
+		c.answer(&resp)
+		c.d.core.ReleaseRequest(c.src)
+		<-c.sem
+		c.wg.Done()
+		idle.Reset(streamWorkerIdle)
+		select {
+		case req = <-c.work:
+		case <-idle.C:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// readFrame reads the next frame: it waits for the first byte as long as the client
+// likes (an idle connection is fine), then the whole frame must arrive within
+// StreamFrameTimeout — a client that stalls mid-frame, or sends bytes that are not
+// the protocol (which read as a frame that never completes), is cut off.
+func (c *streamConn) readFrame(max int) ([]byte, error) {
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, err
+	}
+	c.setReadDeadline(time.Now().Add(c.d.cfg.StreamFrameTimeout))
+	body, err := api.ReadStreamFrame(c.br, max)
+	c.setReadDeadline(time.Time{})
+	return body, err
+}
+
+// setReadDeadline sets the read deadline unless the server is shutting down, which
+// has set its own (Door.Close sets closed first, then the deadlines).
+func (c *streamConn) setReadDeadline(t time.Time) {
+	c.d.mu.Lock()
+	defer c.d.mu.Unlock()
+	if c.d.closed {
+		return
+	}
+	c.conn.SetReadDeadline(t)
+}
+
+// refuseLarge answers a frame over the limit with a 413 for its id and skips it; it
+// reports whether the connection can go on.
+func (c *streamConn) refuseLarge(size uint64) bool {
+	if size > api.MaxStreamFrame {
+		return false // no client sends such a frame: these bytes are not the protocol
+	}
+	c.setReadDeadline(time.Now().Add(c.d.cfg.StreamFrameTimeout))
+	defer c.setReadDeadline(time.Time{})
+	head, _ := c.br.Peek(min(int(size), binary.MaxVarintLen64))
+	id, n := binary.Uvarint(head)
+	if n <= 0 {
+		return false
+	}
+	if _, err := c.br.Discard(int(size)); err != nil {
+		return false
+	}
+	c.answer(&api.StreamResponse{ID: id, Err: &api.Error{Code: http.StatusRequestEntityTooLarge, Reason: api.ReasonTooLarge,
+		Message: fmt.Sprintf("request of %d bytes exceeds the limit (value %d bytes, key %d bytes)",
+			size, c.d.cfg.MaxValueBytes, c.d.cfg.MaxKeyBytes)}})
+	return true
+}
+
+// answer queues resp; the flusher writes queued answers out together.
+func (c *streamConn) answer(resp *api.StreamResponse) {
+	c.wmu.Lock()
+	if c.werr == nil {
+		_, c.werr = c.bw.Write(api.AppendStreamResponse(c.bw.AvailableBuffer(), resp))
+	}
+	c.wmu.Unlock()
+	select {
+	case c.flush <- struct{}{}:
+	default:
+	}
+}
+
+func (c *streamConn) flusher(done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-c.flush:
+		case <-c.ctx.Done():
+			return
+		}
+		// Answers finish in bursts (a Raft commit releases a batch of writes at once):
+		// let the rest of the burst queue up, then send it in one write.
+		runtime.Gosched()
+		c.wmu.Lock()
+		if c.werr == nil && c.bw.Buffered() > 0 {
+			c.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			c.werr = c.bw.Flush()
+		}
+		failed := c.werr != nil
+		c.wmu.Unlock()
+		if failed {
+			c.conn.Close() // the reader stops; serve cleans up
+			return
+		}
+	}
+}
