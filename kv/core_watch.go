@@ -152,3 +152,6 @@ func (w *Watch) Close() { w.done() }
 // WatchEnd is the end event of a watch that ended with err, in keel's wire form (the
 // reason a client acts on, and the revisions it resumes from).
 func WatchEnd(err error) api.WatchEvent { return endLine(err) }
+
+// Watches is the number of watches the node serves now, through every door.
+func (s *Server) Watches() int64 { return s.watches.Load() }

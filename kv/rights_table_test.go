@@ -13,7 +13,7 @@ import (
 )
 
 // The rights table (kv/internal/rightstest) over the HTTP routes; the stream
-// protocol's door is in stream_rights_test.go, the etcd API's in kv/etcdv3.
+// protocol's door is in kv/stream (rights_test.go), the etcd API's in kv/etcdv3.
 
 // httpDoor carries the cases over the HTTP routes.
 type httpDoor struct{ f *rt.Fixture }

@@ -1,4 +1,4 @@
-package kv_test
+package stream_test
 
 import (
 	"bufio"
@@ -114,7 +114,7 @@ func (d *streamDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	}
 	// Skip the frames of earlier watches on this connection (events, ends).
 	for range 1000 {
-		r := readStreamResponse(t, c.br)
+		r := readResponse(t, c.br)
 		if r.ID != req.ID {
 			continue
 		}
@@ -147,18 +147,4 @@ func TestStreamRightsTable(t *testing.T) {
 	f.DeleteToken(t, gone)
 	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a token deleted while the stream is open")
 	rt.RunUnauthorizedCases(t, f, newStreamDoor(f), gone.SecretID, "a deleted token")
-}
-
-// readStreamResponse reads one answer frame.
-func readStreamResponse(t testing.TB, br *bufio.Reader) api.StreamResponse {
-	t.Helper()
-	body, err := api.ReadStreamFrame(br, api.MaxStreamFrame)
-	if err != nil {
-		t.Fatalf("read answer: %v", err)
-	}
-	var r api.StreamResponse
-	if err := api.DecodeStreamResponse(body, &r); err != nil {
-		t.Fatalf("decode answer: %v", err)
-	}
-	return r
 }

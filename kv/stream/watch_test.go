@@ -1,28 +1,16 @@
-package kv
+package stream_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
-	"github.com/keel-kv/keel/raft"
 )
-
-func sendReq(t *testing.T, conn interface{ Write([]byte) (int, error) }, r api.StreamRequest) {
-	t.Helper()
-	if _, err := conn.Write(api.AppendStreamRequest(nil, &r)); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestStreamWatchFrames: watches share one connection with requests. A watch is
 // created (with the node's revision), gets each revision's events in one frame with
@@ -111,7 +99,7 @@ func TestStreamWatchFrames(t *testing.T) {
 // ResourceExpired end with the compact revision, the per-connection limit is a 429
 // that names it, and none of them changes anything or ends the connection.
 func TestStreamWatchRefusals(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.MaxStreamWatches = 2 })
+	ts := newTestServer(t, func(c *kv.Config) { c.MaxStreamWatches = 2 })
 	for _, k := range []string{"k1", "k2", "k3", "k4", "k5"} {
 		ts.put(k, "v")
 	}
@@ -156,15 +144,15 @@ func TestStreamWatchRefusals(t *testing.T) {
 	if got := ts.store.FSM().Revision(); got != before {
 		t.Fatalf("revision moved %d → %d", before, got)
 	}
-	if n := ts.srv.watches.Load(); n != 2 {
+	if n := ts.srv.Watches(); n != 2 {
 		t.Fatalf("node counts %d watches, want 2", n)
 	}
 	// Closing the connection ends its watches.
 	conn.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	for ts.srv.watches.Load() != 0 {
+	for ts.srv.Watches() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d watches still served after the connection closed", ts.srv.watches.Load())
+			t.Fatalf("%d watches still served after the connection closed", ts.srv.Watches())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -318,53 +306,6 @@ func TestStreamWatchSharedFrames(t *testing.T) {
 		}
 		conn.Close()
 	}
-}
-
-// leaderlessStore is a local store whose leader contact a test can cut.
-type leaderlessStore struct {
-	*kvtest.LocalStore
-	lost   atomic.Bool
-	mu     sync.Mutex
-	cc     context.Context // as raft.Node's ContactContext
-	cancel context.CancelCauseFunc
-}
-
-// cut takes the store's leader contact away.
-func (s *leaderlessStore) cut() {
-	s.lost.Store(true)
-	s.ContactContext()
-}
-
-func (s *leaderlessStore) ContactContext() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cc == nil {
-		s.cc, s.cancel = context.WithCancelCause(context.Background())
-	}
-	if err := s.LeaderContact(); err != nil {
-		s.cancel(err)
-	}
-	return s.cc
-}
-
-// newTestServerWith serves st, a LocalStore with leader contact.
-func newTestServerWith(t *testing.T, st *leaderlessStore) *testServer {
-	t.Helper()
-	srv, err := NewServer(DefaultConfig(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	attachTestDoors(srv)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return &testServer{t: t, store: st.LocalStore, srv: srv, url: hs.URL}
-}
-
-func (s *leaderlessStore) LeaderContact() error {
-	if s.lost.Load() {
-		return fmt.Errorf("%w: test cut the node off", raft.ErrNoLeader)
-	}
-	return nil
 }
 
 // TestStreamWatchRequireLeader: a watch that requires a leader ends with reason

@@ -1,57 +1,16 @@
-package kv
+package stream_test
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
-
-// rawStream upgrades a plain TCP connection to the stream protocol by hand, so that
-// tests can send frames no client would.
-func rawStream(t testing.TB, ts *testServer) (net.Conn, *bufio.Reader) {
-	t.Helper()
-	return rawStreamWith(t, ts, "")
-}
-
-// rawStreamWith opens a stream whose upgrade request carries the extra header lines
-// (each ending in \r\n).
-func rawStreamWith(t testing.TB, ts *testServer, header string) (net.Conn, *bufio.Reader) {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: keel-stream/1\r\n"+header+"\r\n")
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != api.StreamProtocol {
-		t.Fatalf("upgrade = %v, %v", resp, err)
-	}
-	return conn, br
-}
-
-func readResponse(t testing.TB, br *bufio.Reader) api.StreamResponse {
-	t.Helper()
-	body, err := api.ReadStreamFrame(br, api.MaxStreamFrame)
-	if err != nil {
-		t.Fatalf("read answer: %v", err)
-	}
-	var r api.StreamResponse
-	if err := api.DecodeStreamResponse(body, &r); err != nil {
-		t.Fatalf("decode answer: %v", err)
-	}
-	return r
-}
 
 // frame wraps body in a length prefix.
 func frame(body []byte) []byte {
@@ -62,7 +21,7 @@ func frame(body []byte) []byte {
 // 413, and neither changes anything or ends the connection; a frame without a
 // readable id does end it.
 func TestStreamBadFrames(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.MaxValueBytes = 100 })
+	ts := newTestServer(t, func(c *kv.Config) { c.MaxValueBytes = 100 })
 	conn, br := rawStream(t, ts)
 	before := ts.store.FSM().Revision()
 
