@@ -25,7 +25,7 @@ func (k etcdKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	if err != nil {
 		return nil, err
 	}
-	resp, err := e.txnAnswer(r, res.Succeeded, res.Responses, newTxnRevs(res))
+	resp, err := e.txnAnswer(r, res)
 	if errors.Is(err, errRangeCut) {
 		return nil, fmt.Errorf("%w: the transaction is applied (revision %d), but a range of its answer %v (at most %d keys)",
 			kv.ErrTooLarge, res.Revision, err, e.core.Config().MaxListLimit)
@@ -98,10 +98,52 @@ func (e *Server) txnOp(r *pb.RequestOp, depth int) (fsm.Op, error) {
 	return fsm.Op{}, fmt.Errorf("%w: empty request op", kv.ErrInvalidParam)
 }
 
-// txnAnswer answers a transaction (nested or not) from the responses of the branch
-// that ran: one response per request op, each with its header revision (revs). A
-// nested transaction's own header holds revision 0, as etcd leaves it.
-func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse, revs *txnRevs) (*pb.TxnResponse, error) {
+// txnAnswer answers a transaction from its result: one response per request op of
+// the branch that ran, nested transactions included, each op's header stamped as
+// etcd stamps it (opRevisions). The caller sets the outer header.
+func (e *Server) txnAnswer(r *pb.TxnRequest, res *fsm.Result) (*pb.TxnResponse, error) {
+	revs := &opRevisions{before: res.Revision, after: res.Revision}
+	if wrote(res.Responses) {
+		revs.before = res.Revision - 1 // a write takes the next revision
+	}
+	return e.txnBranch(r, res.Succeeded, res.Responses, revs)
+}
+
+// opRevisions is the revision each op response of a transaction carries in its
+// header, as etcd's server/etcdserver/txn gives it: a put answers the transaction's
+// revision (after); a range, or a delete that deleted nothing, answers the revision
+// before the transaction until an earlier op of it wrote, after then; a delete that
+// deleted answers after. A nested transaction's own header is empty.
+//
+// Example: at revision 9, [get a, delete x (nothing), put b, get a] answers 9, 9,
+// 10, 10; a transaction that writes nothing answers its revision everywhere.
+type opRevisions struct {
+	before, after int64
+	wrote         bool // an op answered so far wrote
+}
+
+// next is the header revision of an op that wrote (or not).
+func (o *opRevisions) next(w bool) *pb.ResponseHeader {
+	o.wrote = o.wrote || w
+	if o.wrote {
+		return &pb.ResponseHeader{Revision: o.after}
+	}
+	return &pb.ResponseHeader{Revision: o.before}
+}
+
+// wrote reports whether any op (nested ones included) wrote.
+func wrote(resps []fsm.OpResponse) bool {
+	for _, r := range resps {
+		if r.Type == fsm.OpPut || r.Deleted > 0 || (r.Txn != nil && wrote(r.Txn.Responses)) {
+			return true
+		}
+	}
+	return false
+}
+
+// txnBranch answers a transaction (nested or not) from the responses of the branch
+// that ran: one response per request op.
+func (e *Server) txnBranch(r *pb.TxnRequest, succeeded bool, resps []fsm.OpResponse, revs *opRevisions) (*pb.TxnResponse, error) {
 	reqs := r.Success
 	if !succeeded {
 		reqs = r.Failure
@@ -109,7 +151,7 @@ func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpRespo
 	if len(resps) != len(reqs) {
 		return nil, fmt.Errorf("txn: %d responses for %d request ops", len(resps), len(reqs))
 	}
-	resp := &pb.TxnResponse{Header: &pb.ResponseHeader{}, Succeeded: succeeded, Responses: make([]*pb.ResponseOp, 0, len(reqs))}
+	resp := &pb.TxnResponse{Succeeded: succeeded, Responses: make([]*pb.ResponseOp, 0, len(reqs))}
 	for i, req := range reqs {
 		op, err := e.txnResponse(req, resps[i], revs)
 		if err != nil {
@@ -121,77 +163,35 @@ func (e *Server) txnAnswer(r *pb.TxnRequest, succeeded bool, resps []fsm.OpRespo
 }
 
 // txnResponse answers one request op from its op's response.
-func (e *Server) txnResponse(req *pb.RequestOp, r fsm.OpResponse, revs *txnRevs) (*pb.ResponseOp, error) {
+func (e *Server) txnResponse(req *pb.RequestOp, r fsm.OpResponse, revs *opRevisions) (*pb.ResponseOp, error) {
 	switch x := req.Request.(type) {
 	case *pb.RequestOp_RequestRange:
 		rr, err := e.shapeRange(x.RequestRange, r.KVs, r.More)
 		if err != nil {
 			return nil, err
 		}
-		rr.Header = revs.header(r)
+		rr.Header = revs.next(false)
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}, nil
 	case *pb.RequestOp_RequestPut:
 		pr := putResponse(x.RequestPut, r)
-		pr.Header = revs.header(r)
+		pr.Header = revs.next(true)
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}, nil
 	case *pb.RequestOp_RequestDeleteRange:
 		dr := deleteResponse(x.RequestDeleteRange, r)
-		dr.Header = revs.header(r)
+		dr.Header = revs.next(r.Deleted > 0)
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}, nil
 	case *pb.RequestOp_RequestTxn:
 		if r.Txn == nil {
 			return nil, errors.New("txn: a nested transaction without its result")
 		}
-		tr, err := e.txnAnswer(x.RequestTxn, r.Txn.Succeeded, r.Txn.Responses, revs)
+		tr, err := e.txnBranch(x.RequestTxn, r.Txn.Succeeded, r.Txn.Responses, revs)
 		if err != nil {
 			return nil, err
 		}
+		tr.Header = &pb.ResponseHeader{}
 		return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}, nil
 	}
 	return nil, fmt.Errorf("txn: unexpected request op %T", req.Request)
-}
-
-// txnRevs gives each response of a transaction the header revision etcd gives it
-// (mvcc storeTxnWrite: Put answers beginRev+1; Range and DeleteRange answer beginRev
-// until the transaction has written, then beginRev+1). keel's transaction writes at
-// its result's revision, so beginRev is the one before it when it wrote, and the
-// result's revision when it wrote nothing. Ops are answered in the order they ran
-// (nested transactions in place), as the state machine ran them.
-//
-//	get a; del absent; put a; get a; del absent     (the transaction wrote: T)
-//	T-1    T-1         T      T      T
-type txnRevs struct {
-	rev, begin int64
-	wrote      bool // an op answered so far wrote
-}
-
-// newTxnRevs starts the header revisions of res's responses.
-func newTxnRevs(res *fsm.Result) *txnRevs {
-	t := &txnRevs{rev: res.Revision, begin: res.Revision}
-	if txnWrote(res.Responses) {
-		t.begin = res.Revision - 1
-	}
-	return t
-}
-
-// txnWrote reports whether an op of resps (nested ones included) wrote: a put, or a
-// delete that deleted something.
-func txnWrote(resps []fsm.OpResponse) bool {
-	for _, r := range resps {
-		if r.Type == fsm.OpPut || r.Deleted > 0 || (r.Txn != nil && txnWrote(r.Txn.Responses)) {
-			return true
-		}
-	}
-	return false
-}
-
-// header is the header of the next op's response r.
-func (t *txnRevs) header(r fsm.OpResponse) *pb.ResponseHeader {
-	t.wrote = t.wrote || r.Type == fsm.OpPut || r.Deleted > 0
-	if t.wrote {
-		return &pb.ResponseHeader{Revision: t.rev}
-	}
-	return &pb.ResponseHeader{Revision: t.begin}
 }
 
 // putResponse answers a put: its previous key if asked and there was one.
