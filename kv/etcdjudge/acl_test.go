@@ -81,6 +81,15 @@ func TestACLTokens(t *testing.T) {
 	if _, err := c.Compact(ctx, 1); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("compact without the compact right: %v, want %v", err, rpctypes.ErrPermissionDenied)
 	}
+	ch, err := c.GetStream(ctx, "/other/", clientv3.WithPrefix())
+	if err == nil {
+		for r := range ch {
+			err = r.Err()
+		}
+	}
+	if !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
+		t.Fatalf("range stream outside the token's prefix: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
 	// (SnapshotWithVersion hands back the gRPC status: rpctypes.Error makes it etcd's.)
 	if _, err := c.SnapshotWithVersion(ctx); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
 		t.Fatalf("snapshot without the snapshot right: %v, want %v", err, rpctypes.ErrPermissionDenied)
