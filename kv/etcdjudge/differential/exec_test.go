@@ -85,11 +85,11 @@ func (s *side) exec(o op, st *shared) result {
 		case err != nil:
 			return result{err: err}
 		case resp.Put() != nil:
-			return result{resp: resp.Put(), rev: resp.Put().Header.Revision}
+			return result{resp: (*pb.PutResponse)(resp.Put()), rev: resp.Put().Header.Revision}
 		case resp.Get() != nil:
-			return result{resp: resp.Get(), rev: resp.Get().Header.Revision}
+			return result{resp: (*pb.RangeResponse)(resp.Get()), rev: resp.Get().Header.Revision}
 		}
-		return result{resp: resp.Del(), rev: resp.Del().Header.Revision}
+		return result{resp: (*pb.DeleteRangeResponse)(resp.Del()), rev: resp.Del().Header.Revision}
 	case kTxn:
 		resp, err := c.Txn(ctx).If(s.cmps(o.cmps)...).Then(s.txnOps(o.then)...).Else(s.txnOps(o.els)...).Commit()
 		if err != nil {

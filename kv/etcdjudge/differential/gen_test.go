@@ -208,7 +208,13 @@ func genTxn(r *rand.Rand, maxRank, depth int) op {
 			case w < 6:
 				ops = append(ops, genGet(r, maxRank, true))
 			case w < 8:
-				ops = append(ops, op{kind: kDelete, rng: genRange(r, true), prevKV: r.Intn(2) == 0})
+				// no delete from key on inside a transaction: it could delete a key
+				// the transaction puts (normalise_test.go, accepted differences)
+				g := genRange(r, true)
+				if g.kind == endFrom {
+					g.kind = endPrefix
+				}
+				ops = append(ops, op{kind: kDelete, rng: g, prevKV: r.Intn(2) == 0})
 			default:
 				if depth < 3 {
 					ops = append(ops, genTxn(r, maxRank, depth+1))
