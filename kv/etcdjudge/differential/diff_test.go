@@ -41,6 +41,7 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 	t.Logf("%d sequences of %d operations from seed %d: no difference (%v)", seqs, nops, seed, time.Since(start).Round(time.Millisecond))
+	t.Logf("answers compared, by operation (errors, skipped): %s", tallies())
 }
 
 // check runs one sequence and, on a difference, shrinks it and fails the test; it
@@ -99,6 +100,7 @@ func runSequence(ops []op) *failure {
 		dropLeases(o, er)
 		dropLeases(o, kr)
 		en, kn := normer{e}.norm(er), normer{k}.norm(kr)
+		tally(o, en)
 		if en != kn {
 			return &failure{at: i, etcd: en, keel: kn}
 		}
@@ -154,4 +156,26 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return n
+}
+
+// answered counts the answers compared, by operation kind: all, errors, skipped; so
+// that a run shows it compared answers, not only refusals.
+var answered [len(kindNames)][3]int
+
+func tally(o op, norm string) {
+	answered[o.kind][0]++
+	switch {
+	case strings.HasPrefix(norm, "error"):
+		answered[o.kind][1]++
+	case strings.HasPrefix(norm, "skipped"):
+		answered[o.kind][2]++
+	}
+}
+
+func tallies() string {
+	var b strings.Builder
+	for k, n := range answered {
+		fmt.Fprintf(&b, " %s %d (%d, %d)", kindNames[k], n[0], n[1], n[2])
+	}
+	return b.String()
 }

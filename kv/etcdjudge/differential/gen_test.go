@@ -115,9 +115,9 @@ func genOp(r *rand.Rand, maxRank, depth int) op {
 		return genTxn(r, maxRank, depth)
 	case w < 78:
 		return op{kind: kCompact, rank: 1 + r.Intn(maxRank)}
-	case w < 84:
+	case w < 86:
 		return op{kind: kGrant, ttl: int64(30 + r.Intn(600))}
-	case w < 87:
+	case w < 88:
 		return op{kind: kRevoke, lease: r.Intn(4)}
 	case w < 90:
 		return op{kind: kTimeToLive, lease: r.Intn(4)}
@@ -130,7 +130,7 @@ func genPut(r *rand.Rand) op {
 	o := op{kind: kPut, rng: rng{key: pick(r, keys)}, value: pick(r, []string{"x", "y", "z", "", "xx"}),
 		prevKV: r.Intn(2) == 0, lease: -1}
 	if r.Intn(4) == 0 {
-		o.lease = r.Intn(4)
+		o.lease = r.Intn(2)
 	}
 	switch r.Intn(12) {
 	case 0:
@@ -192,39 +192,70 @@ func genGet(r *rand.Rand, maxRank int, inTxn bool) op {
 	return o
 }
 
+// genTxn draws a transaction. Three in four are clean: no key is written twice
+// anywhere in them (so that most transactions run rather than meet etcd's
+// duplicate-key refusal); the others are drawn freely, and some are refused.
 func genTxn(r *rand.Rand, maxRank, depth int) op {
+	var used map[string]bool
+	if r.Intn(4) > 0 {
+		used = map[string]bool{}
+	}
+	return genTxnIn(r, maxRank, depth, used)
+}
+
+// genTxnIn draws a transaction; used, when not nil, holds the keys the enclosing
+// transaction writes, and only other keys are written, one at a time.
+func genTxnIn(r *rand.Rand, maxRank, depth int, used map[string]bool) op {
 	o := op{kind: kTxn}
 	for i := r.Intn(3); i > 0; i-- {
 		o.cmps = append(o.cmps, genCmp(r, maxRank))
 	}
-	branch := func() []op {
-		var ops []op
-		for i := r.Intn(4); i > 0; i-- {
-			switch w := r.Intn(10); {
-			case w < 4:
-				p := genPut(r)
-				p.ignVal, p.ignLse = false, false
+	o.then, o.els = genBranch(r, maxRank, depth, used), genBranch(r, maxRank, depth, used)
+	return o
+}
+
+func genBranch(r *rand.Rand, maxRank, depth int, used map[string]bool) []op {
+	var ops []op
+	for i := r.Intn(4); i > 0; i-- {
+		switch w := r.Intn(10); {
+		case w < 4:
+			p := genPut(r)
+			p.ignVal, p.ignLse = false, false
+			if writable(p.rng, used) {
 				ops = append(ops, p)
-			case w < 6:
-				ops = append(ops, genGet(r, maxRank, true))
-			case w < 8:
-				// no delete from key on inside a transaction: it could delete a key
-				// the transaction puts (normalise_test.go, accepted differences)
-				g := genRange(r, true)
-				if g.kind == endFrom {
-					g.kind = endPrefix
-				}
+			}
+		case w < 6:
+			ops = append(ops, genGet(r, maxRank, true))
+		case w < 8:
+			// no delete from key on inside a transaction: it could delete a key
+			// the transaction puts (normalise_test.go, accepted differences)
+			g := genRange(r, used == nil)
+			if g.kind == endFrom {
+				g.kind = endPrefix
+			}
+			if writable(g, used) {
 				ops = append(ops, op{kind: kDelete, rng: g, prevKV: r.Intn(2) == 0})
-			default:
-				if depth < 3 {
-					ops = append(ops, genTxn(r, maxRank, depth+1))
-				}
+			}
+		default:
+			if depth < 3 {
+				ops = append(ops, genTxnIn(r, maxRank, depth+1, used))
 			}
 		}
-		return ops
 	}
-	o.then, o.els = branch(), branch()
-	return o
+	return ops
+}
+
+// writable reports whether a clean transaction (used not nil) may write g, and
+// records it; g is then one key.
+func writable(g rng, used map[string]bool) bool {
+	if used == nil {
+		return true
+	}
+	if g.kind != endNone || used[g.key] {
+		return false
+	}
+	used[g.key] = true
+	return true
 }
 
 func genCmp(r *rand.Rand, maxRank int) cmpOp {
