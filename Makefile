@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd
+.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -48,6 +48,14 @@ test-loadgen:
 # by clientv3 and its concurrency package, judging the etcd door.
 test-etcd:
 	cd kv/etcdjudge && $(GO) test -count=1 -timeout 5m ./...
+	$(MAKE) test-etcd-diff
+
+# kv/etcdjudge/differential is a module of its own too (it embeds an etcd 3.7 server):
+# random operation sequences sent to keel and to etcd, answers compared after the
+# normalisation its normalise_test.go lists. Longer: KEEL_ETCD_DIFF_SEQS=5000, and
+# KEEL_ETCD_DIFF_SEED=time for other seeds (a failure prints its seed).
+test-etcd-diff:
+	cd kv/etcdjudge/differential && $(GO) test -count=1 -timeout 10m ./...
 
 # In-process benchmarks: the state machine, tokens, and a real 3-node cluster on loopback
 # (writes/s at 1 and 64 clients, linearizable reads/s). Figures land in bench/results-unit.txt.
@@ -75,6 +83,7 @@ lint:
 	cd bench/loadgen && $(GO) vet ./... && staticcheck ./...
 	cd kv/etcdjudge && $(GO) vet ./... && staticcheck ./...
 	cd chaos/etcd && $(GO) vet -tags chaos ./... && staticcheck -tags chaos ./...
+	cd kv/etcdjudge/differential && $(GO) vet ./... && staticcheck ./...
 
 # Fault-injection scenarios over real keel processes and containers, each on the
 # backends it declares (~12 min). A run that cannot happen here (no Docker, no tmpfs)
