@@ -92,7 +92,7 @@ func TestEtcdChaos(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			s := seed(t)
 			res, err := Run(context.Background(), sc, Options{Bin: keelBin, Seed: s, Subnet: 60 + i,
-				Artifacts: artifacts(), Logf: t.Logf})
+				Artifacts: artifacts(), Keep: os.Getenv("KEEL_CHAOS_KEEP") == "1", Logf: t.Logf})
 			if err != nil {
 				t.Fatalf("harness: %v", err)
 			}

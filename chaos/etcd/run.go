@@ -53,6 +53,7 @@ type Options struct {
 	Seed      int64
 	Subnet    int          // the nodes' loopback IPs are 127.<Subnet>.0.x
 	Artifacts string       // where a failed run writes its history, report and logs ("" none)
+	Keep      bool         // write the artifacts of a passing run too
 	Floors    chaos.Floors // zero: DefaultFloors
 	Logf      func(format string, args ...any)
 	// Intercept sits in front of every unary call of the workload's etcd clients: a
@@ -143,7 +144,7 @@ func Run(ctx context.Context, sc Scenario, opt Options) (*Result, error) {
 		Specs: sc.Faults, Schedule: out.Schedule, Events: out.Events}, w, opt.Floors)
 	out.Problems = append(out.Problems, problems...)
 	out.Elapsed = time.Since(start)
-	if !out.OK() && opt.Artifacts != "" {
+	if (!out.OK() || opt.Keep) && opt.Artifacts != "" {
 		if err := writeArtifacts(out, c, h, filepath.Join(opt.Artifacts, fmt.Sprintf("%s-%d", sc.Name, opt.Seed))); err != nil {
 			opt.Logf("write artifacts: %v", err)
 		}
