@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"slices"
@@ -236,8 +237,17 @@ func (s *suite) watchFanOut(ctx context.Context, d Driver, lead, inflight int) (
 	st.writes = writes.Load()
 	// Drain: every watcher gets every acknowledged write.
 	want := acked + ackedW.Load()
-	for drain := time.Now().Add(30 * time.Second); !all(ws, want) && time.Now().Before(drain); {
+	// Progress every 5 s tells a slow delivery (the count grows) from a stall.
+	for drain, next := time.Now().Add(30*time.Second), time.Now().Add(5*time.Second); !all(ws, want) && time.Now().Before(drain); {
 		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(next) {
+			next = next.Add(5 * time.Second)
+			var got int64
+			for _, fw := range ws {
+				got += min(fw.got.Load(), want)
+			}
+			log.Printf("[%s] watch drain: %d of %d events delivered", s.res.System, got, want*int64(len(ws)))
+		}
 	}
 	cancel()
 	wg.Wait()
