@@ -60,7 +60,7 @@ test-etcd-diff:
 # In-process benchmarks: the state machine, tokens, and a real 3-node cluster on loopback
 # (writes/s at 1 and 64 clients, linearizable reads/s). Figures land in bench/results-unit.txt.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./kv/ | tee bench/results-unit.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./fsm/ ./kv/ ./kv/acl/ ./kv/internal/ctoken/ | tee bench/results-unit.txt
 	$(GO) test -run '^$$' -bench Cluster -benchtime 5000x -count 1 ./raft/ | tee -a bench/results-unit.txt
 
 # keel vs etcd on the same machine, 3 nodes each on loopback (installs etcd-server).
