@@ -54,6 +54,9 @@ func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error
 // fsm.CheckDuplicateKeysEtcd) lets through some transactions CheckDuplicateKeys
 // refuses.
 func (s *Server) applyDupCheckedTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
+	if err := s.lim.checkTxn(txn); err != nil {
+		return nil, err
+	}
 	az := authzOf(ctx)
 	if !s.skipLocalTxnCheck {
 		if err := s.checkTxn(az, txn); err != nil {

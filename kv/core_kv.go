@@ -30,6 +30,9 @@ func (s *Server) CheckCompare(c api.Compare, end []byte) (fsm.Compare, error) {
 		return fsm.Compare{}, err
 	}
 	if end == nil {
+		if s.reservedKey(fc.Key) {
+			return fsm.Compare{}, fmt.Errorf("%w: a compare on a key keel reserves", ErrReservedPrefix)
+		}
 		return fc, nil
 	}
 	if len(end) > s.lim.maxKeyBytes {
@@ -198,19 +201,41 @@ func (s *Server) LeaseGrant(ctx context.Context, c Caller, id, ttl int64) (int64
 // LeaseRevoke revokes lease id and deletes its keys at one revision; c needs the
 // write right on each of its keys.
 func (s *Server) LeaseRevoke(ctx context.Context, c Caller, id int64) (api.LeaseRevokeResponse, error) {
+	if err := checkLeaseID(id); err != nil {
+		return api.LeaseRevokeResponse{}, err
+	}
 	return s.revokeLease(c.context(ctx), id)
 }
 
 // LeaseKeepAlive renews lease id at the leader and returns the time it has left
 // (fsm.ErrLeaseNotFound when it does not exist).
 func (s *Server) LeaseKeepAlive(ctx context.Context, c Caller, id int64) (time.Duration, error) {
+	if err := checkLeaseID(id); err != nil {
+		return 0, err
+	}
 	return s.keepAliveLease(c.context(ctx), id)
 }
 
 // LeaseTimeToLive returns lease id with its keys and time left, to a caller that may
 // read every key attached (fsm.ErrLeaseNotFound when it does not exist).
 func (s *Server) LeaseTimeToLive(ctx context.Context, c Caller, id int64) (api.LeaseResponse, error) {
+	if err := checkLeaseID(id); err != nil {
+		return api.LeaseResponse{}, err
+	}
 	return s.leaseTimeToLive(c.context(ctx), id)
+}
+
+// ErrInvalidLeaseID is a lease ID outside [1, api.MaxLeaseID], which no lease can
+// have: refused before any round trip, on every door (HTTP and the stream answer 400;
+// etcd's door, as etcd, "requested lease not found").
+var ErrInvalidLeaseID = fmt.Errorf("%w: lease ID outside [1, %d]", ErrInvalidParam, int64(api.MaxLeaseID))
+
+// checkLeaseID refuses an ID no lease can have.
+func checkLeaseID(id int64) error {
+	if id < 1 || id > api.MaxLeaseID {
+		return fmt.Errorf("%w: %d", ErrInvalidLeaseID, id)
+	}
+	return nil
 }
 
 // Leases lists the leases c could look up (LeaseTimeToLive).

@@ -38,6 +38,49 @@ func (l limits) checkKey(key string) error {
 	return nil
 }
 
+// checkTxn holds a finished transaction, nested ones included, to the limits every
+// door's validation (CheckOp, CheckCompare; the HTTP and stream decoders) already
+// applied: keys non-empty, UTF-8 and bounded, range ends bounded, values bounded. The
+// core runs it before every KV transaction it proposes, so a door that forgets a check
+// still writes nothing the others refuse.
+func (l limits) checkTxn(txn *fsm.Txn) error {
+	for _, c := range txn.Compares {
+		if err := l.checkEnds(c.Key, c.End); err != nil {
+			return err
+		}
+	}
+	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			if err := l.checkFsmOp(op); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkFsmOp is checkTxn for one op.
+func (l limits) checkFsmOp(op fsm.Op) error {
+	if op.Type == fsm.OpTxn && op.Txn != nil {
+		return l.checkTxn(op.Txn)
+	}
+	if err := l.checkEnds(op.Key, op.End); err != nil {
+		return err
+	}
+	return l.checkValue(len(op.Value))
+}
+
+// checkEnds checks a key and its range end, if any.
+func (l limits) checkEnds(key, end []byte) error {
+	if err := l.checkKey(string(key)); err != nil {
+		return err
+	}
+	if len(end) > l.maxKeyBytes {
+		return fmt.Errorf("%w: range end is %d bytes, more than the maximum %d", ErrInvalidKey, len(end), l.maxKeyBytes)
+	}
+	return nil
+}
+
 // checkValue accepts values of at most maxValueBytes bytes.
 func (l limits) checkValue(n int) error {
 	if int64(n) > l.maxValueBytes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -12,7 +13,6 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/raft"
-	"github.com/keel-kv/keel/versions"
 )
 
 // errEtcdUnsupported: the etcd door does not serve an option or a request kind yet;
@@ -43,17 +43,38 @@ func etcdError(err error) error {
 	if e := etcdSentinel(err); e != nil {
 		return e
 	}
-	switch {
-	case errors.Is(err, errEtcdUnsupported), errors.Is(err, kv.ErrInvalidKey), errors.Is(err, kv.ErrInvalidParam),
-		errors.Is(err, kv.ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand), errors.Is(err, kv.ErrInvalidContinueToken):
+	if errors.Is(err, errEtcdUnsupported) {
 		return status.Error(codes.InvalidArgument, "etcdserver: "+err.Error())
-	case errors.Is(err, kv.ErrConflict), errors.Is(err, kv.ErrLastVoter):
-		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
-	case errors.Is(err, kv.ErrNotReady), errors.Is(err, raft.ErrFormatNotAgreed),
-		errors.Is(err, versions.ErrNotRegistered), errors.Is(err, versions.ErrNoCommonEncoding):
-		return status.Error(codes.Unavailable, "etcdserver: "+err.Error())
 	}
-	return status.Error(codes.Unknown, "etcdserver: "+err.Error())
+	return status.Error(grpcCode(kv.WireError(err, true).Code), "etcdserver: "+err.Error())
+}
+
+// grpcCode is the gRPC code of the HTTP status the core's one classification gives an
+// error (kv.WireError): the etcd door never decides a class of its own, so a refusal
+// the core adds reaches etcd clients with a code they recognise, never Unknown for
+// what HTTP answers as a client error or an outage.
+func grpcCode(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.NotFound
+	case http.StatusConflict, http.StatusPreconditionFailed:
+		return codes.FailedPrecondition
+	case http.StatusGone:
+		return codes.OutOfRange
+	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	case http.StatusServiceUnavailable:
+		return codes.Unavailable
+	case http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded
+	}
+	return codes.Unknown
 }
 
 // etcdSentinel is etcd's own error for err, nil when etcd has none.
@@ -69,7 +90,7 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCTooManyOps
 	case errors.Is(err, fsm.ErrDuplicateKey):
 		return rpctypes.ErrGRPCDuplicateKey
-	case errors.Is(err, fsm.ErrLeaseNotFound):
+	case errors.Is(err, fsm.ErrLeaseNotFound), errors.Is(err, kv.ErrInvalidLeaseID):
 		return rpctypes.ErrGRPCLeaseNotFound
 	case errors.Is(err, fsm.ErrLeaseExists):
 		return rpctypes.ErrGRPCLeaseExist
@@ -89,9 +110,9 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCAuthFailed
 	case errors.Is(err, errEtcdAuthNotEnabled):
 		return rpctypes.ErrGRPCAuthNotEnabled
-	case errors.Is(err, kv.ErrForbidden), errors.Is(err, kv.ErrReservedPrefix):
+	case errors.Is(err, kv.ErrForbidden), errors.Is(err, kv.ErrReservedPrefix), errors.Is(err, raft.ErrCallerRefused):
 		return rpctypes.ErrGRPCPermissionDenied
-	case errors.Is(err, kv.ErrTooManyWatches), errors.Is(err, kv.ErrTooManyRequests):
+	case errors.Is(err, kv.ErrTooManyWatches), errors.Is(err, kv.ErrTooManyRequests), errors.Is(err, kv.ErrTooManyLeases):
 		return rpctypes.ErrGRPCRequestTooManyRequests
 	case errors.Is(err, raft.ErrNoLeader):
 		return rpctypes.ErrGRPCNoLeader

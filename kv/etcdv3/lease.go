@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 )
 
 // etcdLease serves etcd's Lease service with the core's lease operations (LeaseGrant,
@@ -42,7 +43,7 @@ func (l etcdLease) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*
 // TTL -1, as etcd does.
 func (l etcdLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	info, err := l.e.core.LeaseTimeToLive(ctx, callerOf(ctx), r.ID)
-	if errors.Is(err, fsm.ErrLeaseNotFound) {
+	if leaseMissing(err) {
 		return &pb.LeaseTimeToLiveResponse{Header: l.e.header(l.e.revision(ctx)), ID: r.ID, TTL: -1}, nil
 	}
 	if err != nil {
@@ -126,7 +127,7 @@ func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAl
 	ctx, cancel := l.e.core.RequestContext(ctx)
 	defer cancel()
 	left, err := l.e.core.LeaseKeepAlive(ctx, c, id)
-	if errors.Is(err, fsm.ErrLeaseNotFound) {
+	if leaseMissing(err) {
 		return &pb.LeaseKeepAliveResponse{Header: l.e.header(l.e.revision(ctx)), ID: id, TTL: 0}, nil
 	}
 	if err != nil {
@@ -143,4 +144,10 @@ func (e *Server) revision(ctx context.Context) int64 {
 		return 0
 	}
 	return rev
+}
+
+// leaseMissing reports whether err says no lease has the ID: it does not exist, or the
+// ID is one no lease can have (etcd answers both alike).
+func leaseMissing(err error) bool {
+	return errors.Is(err, fsm.ErrLeaseNotFound) || errors.Is(err, kv.ErrInvalidLeaseID)
 }

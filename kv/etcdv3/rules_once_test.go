@@ -1,0 +1,117 @@
+package etcdv3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
+	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
+)
+
+// Rules live once: every core refusal the HTTP door's table (kv.WireError)
+// classifies as something other than 500 must not reach an etcd client as
+// codes.Unknown, which clientv3 neither retries nor recognises (found by an audit:
+// kv.ErrTooManyLeases, raft.ErrCallerRefused and versions.ErrUndecodable did).
+func TestEtcdErrorCoversCoreRefusals(t *testing.T) {
+	for _, err := range []error{
+		kv.ErrTooManyLeases, raft.ErrCallerRefused, versions.ErrUndecodable,
+		kv.ErrInvalidKey, kv.ErrInvalidBody, kv.ErrReservedPrefix, kv.ErrTooManyRequests,
+	} {
+		wrapped := fmt.Errorf("apply: %w", err)
+		if kv.WireError(wrapped, true).Code == http.StatusInternalServerError {
+			continue
+		}
+		if got := status.Convert(etcdError(wrapped)); got.Code() == codes.Unknown {
+			t.Errorf("%v: HTTP answers %d %s, the etcd door codes.Unknown %q", err,
+				kv.WireError(wrapped, true).Code, kv.WireError(wrapped, true).Reason, got.Message())
+		}
+	}
+}
+
+// The core's Txn holds the ops it is handed to the limits (key length, UTF-8, value
+// size) itself: a door that forgets CheckOp still writes nothing every other door
+// refuses (an audit found the oversized value and the non-UTF-8 key applied).
+func TestCoreTxnChecksLimits(t *testing.T) {
+	cfg := kv.DefaultConfig()
+	cfg.MaxKeyBytes, cfg.MaxValueBytes = 8, 8
+	core, err := kv.NewServer(cfg, kvtest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, op := range map[string]fsm.Op{
+		"long value": {Type: fsm.OpPut, Key: []byte("k"), Value: []byte(strings.Repeat("v", 64))},
+		"long key":   {Type: fsm.OpPut, Key: []byte(strings.Repeat("k", 64)), Value: []byte("v")},
+		"not UTF-8":  {Type: fsm.OpPut, Key: []byte("\xff\xfe"), Value: []byte("v")},
+		"empty key":  {Type: fsm.OpPut, Key: []byte{}, Value: []byte("v")},
+	} {
+		_, err := core.Txn(context.Background(), kv.Caller{}, &fsm.Txn{Success: []fsm.Op{op}}, kv.TxnOptions{})
+		if !errors.Is(err, kv.ErrInvalidKey) && !errors.Is(err, kv.ErrTooLarge) {
+			t.Errorf("%s: core Txn answered %v, want ErrInvalidKey or ErrTooLarge", name, err)
+		}
+	}
+}
+
+// The lease ID rule ([1, api.MaxLeaseID]) lives in the core: a revoke, keepalive or
+// time-to-live of an ID no lease can have is refused there (kv.ErrInvalidLeaseID)
+// before any round trip, and the etcd door answers it as etcd does (lease not found).
+func TestCoreChecksLeaseID(t *testing.T) {
+	core, err := kv.NewServer(kv.DefaultConfig(), kvtest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := etcdLease{e: &Server{core: core}}
+	for _, id := range []int64{-1, 0, 1 << 60} {
+		if _, err := core.LeaseRevoke(context.Background(), kv.Caller{}, id); !errors.Is(err, kv.ErrInvalidLeaseID) {
+			t.Errorf("core LeaseRevoke(%d) = %v, want ErrInvalidLeaseID", id, err)
+		}
+		if _, err := core.LeaseKeepAlive(context.Background(), kv.Caller{}, id); !errors.Is(err, kv.ErrInvalidLeaseID) {
+			t.Errorf("core LeaseKeepAlive(%d) = %v, want ErrInvalidLeaseID", id, err)
+		}
+		if _, err := core.LeaseTimeToLive(context.Background(), kv.Caller{}, id); !errors.Is(err, kv.ErrInvalidLeaseID) {
+			t.Errorf("core LeaseTimeToLive(%d) = %v, want ErrInvalidLeaseID", id, err)
+		}
+		_, err := l.LeaseRevoke(context.Background(), &pb.LeaseRevokeRequest{ID: id})
+		if got := status.Convert(etcdError(err)); got.Code() != codes.NotFound {
+			t.Errorf("etcd LeaseRevoke(%d): %v %q, want NotFound as etcd", id, got.Code(), got.Message())
+		}
+	}
+}
+
+// The etcd door hides keel's records from Range, Txn ranges and watches
+// (kv.Server.Hidden, applied in the door: kv.go shapeRange, watch.go pump), and the
+// core refuses a compare over a range overlapping them, but a compare on one hidden
+// key is served: it tells an etcd client that the key exists (and its version, value).
+// (Found by an audit: the compare was served.)
+func TestEtcdCompareOnHiddenKey(t *testing.T) {
+	store := kvtest.New()
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden := []byte(versions.SystemPrefix + "audit")
+	if res, err := store.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{
+		Success: []fsm.Op{{Type: fsm.OpPut, Key: hidden, Value: []byte("x")}}}}); err != nil || res.Err != nil {
+		t.Fatalf("load: %v %v", err, res)
+	}
+	k := etcdKV{e: &Server{core: core}}
+	rr, err := k.Range(context.Background(), &pb.RangeRequest{Key: hidden})
+	if err != nil || len(rr.Kvs) != 0 {
+		t.Fatalf("Range of the hidden key: %v, %v (want it hidden)", rr, err)
+	}
+	resp, err := k.Txn(context.Background(), &pb.TxnRequest{Compare: []*pb.Compare{{Key: hidden,
+		Target: pb.Compare_VERSION, Result: pb.Compare_GREATER, TargetUnion: &pb.Compare_Version{Version: 0}}}})
+	if err == nil && resp.Succeeded {
+		t.Fatal("a compare on a key the door hides from Range succeeded: it reveals the key exists")
+	}
+}
