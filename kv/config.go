@@ -52,7 +52,7 @@ type Config struct {
 	// accessor ID) granted through this node (0 = only MaxLeases; without ACLs it does
 	// not apply). See leaselimits.go.
 	MaxLeases, MaxLeasesPerToken int
-	// MaxConns bounds the client connections (HTTP and stream) open at once: one
+	// MaxConns bounds the client connections (HTTP, stream and etcd) open at once: one
 	// more is answered 429 TooManyConnections and closed (connlimits.go).
 	MaxConns int
 	// MaxConnsPerClient bounds the client connections open at once from one source IP

@@ -49,6 +49,15 @@ type limitListener struct {
 	clients   *clientConns
 }
 
+// LimitListener bounds the connections ln accepts by the node's MaxConns and
+// MaxConnsPerClient, counted together with every other door's: the HTTP port (the
+// stream protocol upgrades from it) and the etcd port share one count. A connection
+// over a bound is answered 429 (a plain HTTP/1.1 answer) and closed.
+func (s *Server) LimitListener(ln net.Listener) net.Listener {
+	return limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns, perClient: s.cfg.MaxConnsPerClient,
+		clients: &s.connClients}
+}
+
 // clientConns counts the open connections of each source IP address.
 type clientConns struct {
 	mu sync.Mutex

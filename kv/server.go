@@ -65,6 +65,8 @@ type Server struct {
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
 	conns    atomic.Int64
+	// connClients counts open client connections per source address, across doors.
+	connClients clientConns
 	inFlight atomic.Int64
 	// clientInFlight counts the requests in flight per source address.
 	clientInFlight clientConns
@@ -181,8 +183,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		ln = tlsListener{Listener: ln, cfg: s.cfg.TLS}
 	}
-	ln = limitListener{Listener: ln, max: s.cfg.MaxConns, open: &s.conns, perClient: s.cfg.MaxConnsPerClient,
-		clients: &clientConns{}}
+	ln = s.LimitListener(ln)
 	ln = jsonErrorListener{Listener: ln, maxHeaderBytes: srv.MaxHeaderBytes}
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("kv: serve: %w", err)

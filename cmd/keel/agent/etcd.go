@@ -23,7 +23,7 @@ func (a *Agent) startEtcd() error {
 	a.etcdLn = ln
 	a.etcd = etcdv3.New(a.server)
 	a.etcdErr = make(chan error, 1)
-	go func() { a.etcdErr <- a.etcd.Serve(ln) }()
+	go func() { a.etcdErr <- a.etcd.Serve(a.server.LimitListener(ln)) }()
 	return nil
 }
 
