@@ -64,10 +64,10 @@ type Server struct {
 	guards atomic.Pointer[guardCache]
 	// conns and inFlight count open client connections and running requests
 	// (connlimits.go).
-	conns    atomic.Int64
+	conns atomic.Int64
 	// connClients counts open client connections per source address, across doors.
 	connClients clientConns
-	inFlight atomic.Int64
+	inFlight    atomic.Int64
 	// clientInFlight counts the requests in flight per source address.
 	clientInFlight clientConns
 	watchStop      chan struct{}
