@@ -38,7 +38,8 @@ type testServer struct {
 // newTestServer starts a server over a fresh LocalStore; opts adjust DefaultConfig.
 func newTestServer(t testing.TB, opts ...func(*kv.Config)) *testServer {
 	t.Helper()
-	return serveStore(t, kvtest.New(), kvtest.New(), opts...)
+	st := kvtest.New()
+	return serveStore(t, st, st, opts...)
 }
 
 // serveStore serves store (whose LocalStore is local) with the stream door attached.
