@@ -66,3 +66,105 @@ func APIKV(kv fsm.KeyValue) api.KV { return toAPI(kv) }
 // reason and message of err, for the HTTP routes and the stream protocol alike. write
 // says the request could have changed state (an unknown outcome is then said so).
 func WireError(err error, write bool) api.Error { return errorBody(err, write) }
+
+// The single-key operations behind Get, Put and Delete; the key has been checked
+// against the limits.
+
+// getKey reads key at rev (0 = latest) and returns it with the revision read.
+func (s *Server) getKey(ctx context.Context, key string, rev int64, cons fsm.Consistency) (fsm.KeyValue, int64, error) {
+	if err := checkKey(ctx, []byte(key), false); err != nil {
+		return fsm.KeyValue{}, 0, err
+	}
+	view, err := s.viewAt(ctx, cons, rev)
+	if err != nil {
+		return fsm.KeyValue{}, 0, err
+	}
+	if rev == 0 {
+		rev = view.Revision()
+	}
+	kv, err := view.Get([]byte(key), rev)
+	if err != nil {
+		return fsm.KeyValue{}, 0, fmt.Errorf("get %q: %w", key, revisionError(view, rev, err))
+	}
+	return kv, rev, nil
+}
+
+// putKey writes key = value attached to lease (0 = none), only if the key's mod
+// revision is prev when prev >= 0.
+func (s *Server) putKey(ctx context.Context, key string, value []byte, prev, lease int64) (int64, error) {
+	txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte(key), Value: value, Lease: lease}}}
+	if prev >= 0 {
+		guardModRevision(txn, key, prev)
+	}
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return 0, fmt.Errorf("put %q: %w", key, err)
+	}
+	if !res.Succeeded {
+		return 0, conflictError(key, prev, res)
+	}
+	return res.Revision, nil
+}
+
+// deleteKey deletes key (every key with that prefix when prefix), only if its mod
+// revision is prev when prev > 0.
+func (s *Server) deleteKey(ctx context.Context, key string, prefix bool, prev int64) (api.DeleteResponse, error) {
+	op := fsm.Op{Type: fsm.OpDelete, Key: []byte(key)}
+	if prefix {
+		op = fsm.Op{Type: fsm.OpDeleteRange, Key: []byte(key), End: fsm.PrefixEnd([]byte(key))}
+	}
+	txn := &fsm.Txn{Success: []fsm.Op{op}}
+	if prev > 0 {
+		guardModRevision(txn, key, prev)
+	}
+	res, err := s.applyTxn(ctx, txn)
+	if err != nil {
+		return api.DeleteResponse{}, fmt.Errorf("delete %q: %w", key, err)
+	}
+	if !res.Succeeded {
+		return api.DeleteResponse{}, conflictError(key, prev, res)
+	}
+	resp := api.DeleteResponse{Revision: res.Revision}
+	if len(res.Responses) > 0 {
+		resp.Deleted = res.Responses[0].Deleted
+	}
+	return resp, nil
+}
+
+// guardModRevision makes txn run only if key's mod revision is prev (0 = absent); on
+// failure it reads the key so the 409 can say what the revision is.
+func guardModRevision(txn *fsm.Txn, key string, prev int64) {
+	txn.Compares = []fsm.Compare{{Key: []byte(key), Target: fsm.TargetModRevision,
+		Result: fsm.CompareEqual, Int: prev}}
+	txn.Failure = []fsm.Op{{Type: fsm.OpGet, Key: []byte(key)}}
+}
+
+// conflictError describes a failed mod-revision guard from the failure branch's read.
+func conflictError(key string, prev int64, res *fsm.Result) error {
+	var cur int64
+	if len(res.Responses) > 0 && len(res.Responses[0].KVs) > 0 {
+		cur = res.Responses[0].KVs[0].ModRevision
+	}
+	switch {
+	case cur == 0:
+		return fmt.Errorf("%w: key %q does not exist, prev_revision was %d; nothing written",
+			ErrConflict, key, prev)
+	case prev == 0:
+		return fmt.Errorf("%w: key %q already exists (mod revision %d); nothing written",
+			ErrConflict, key, cur)
+	}
+	return fmt.Errorf("%w: key %q has mod revision %d, not %d; nothing written",
+		ErrConflict, key, cur, prev)
+}
+
+// toAPI converts a state machine key to its wire form. The key bytes are UTF-8: every
+// key entered through this API was checked.
+// An empty value is sent as "" rather than null.
+func toAPI(kv fsm.KeyValue) api.KV {
+	value := kv.Value
+	if value == nil {
+		value = []byte{}
+	}
+	return api.KV{Key: string(kv.Key), Value: value, CreateRevision: kv.CreateRevision,
+		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+}

@@ -242,3 +242,16 @@ func checkLeaseID(id int64) error {
 func (s *Server) Leases(ctx context.Context, c Caller, cons fsm.Consistency) (api.LeaseListResponse, error) {
 	return s.listLeases(c.context(ctx), cons)
 }
+
+// compact compacts history up to rev (Compact, for every door); the caller has
+// checked the compact right.
+func (s *Server) compact(ctx context.Context, rev int64) (*fsm.Result, error) {
+	if rev < 1 {
+		return nil, fmt.Errorf("compact: %w: revision %d must be >= 1", ErrInvalidBody, rev)
+	}
+	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: rev})
+	if err != nil {
+		return nil, fmt.Errorf("compact to revision %d: %w", rev, err)
+	}
+	return res, nil
+}

@@ -35,6 +35,10 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 	})
 }
 
+// callerOf is the Caller the route's authorize resolved for r: the HTTP door calls the
+// core's exported methods for it.
+func callerOf(r *http.Request) Caller { return Caller{az: authzOf(r.Context())} }
+
 // routes registers every route of the API. Each path also gets a method-less
 // fallback so that a wrong method is a JSON 405 rather than ServeMux's plain text.
 func (s *Server) routes() {

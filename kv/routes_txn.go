@@ -1,11 +1,9 @@
 package kv
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 
-	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -21,26 +19,16 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	_, res, err := s.runTxn(ctx, body)
+	txn, err := s.DecodeTxn(body)
 	if err != nil {
-		return err
+		return fmt.Errorf("txn: %w", err)
+	}
+	res, err := s.Txn(ctx, callerOf(r), txn, TxnOptions{})
+	if err != nil {
+		return fmt.Errorf("txn: %w", err)
 	}
 	writeJSON(w, http.StatusOK, txnResponse(res))
 	return nil
-}
-
-// runTxn decodes and applies the JSON body of a transaction (POST /v1/txn, or the
-// stream protocol's txn op).
-func (s *Server) runTxn(ctx context.Context, body []byte) (*fsm.Txn, *fsm.Result, error) {
-	txn, err := decodeTxn(body, s.lim)
-	if err != nil {
-		return nil, nil, fmt.Errorf("txn: %w", err)
-	}
-	res, err := s.applyTxn(ctx, txn)
-	if err != nil {
-		return nil, nil, fmt.Errorf("txn: %w", err)
-	}
-	return txn, res, nil
 }
 
 // handleCompact serves POST /v1/compact: body = api.CompactRequest. Reads below the
@@ -53,23 +41,10 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.compact(ctx, req.Revision)
+	res, err := s.Compact(ctx, callerOf(r), req.Revision)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.CompactResponse{Revision: res.Revision, CompactRevision: req.Revision})
 	return nil
-}
-
-// compact compacts history up to rev (the HTTP route and the etcd door); the caller
-// has checked the compact right.
-func (s *Server) compact(ctx context.Context, rev int64) (*fsm.Result, error) {
-	if rev < 1 {
-		return nil, fmt.Errorf("compact: %w: revision %d must be >= 1", ErrInvalidBody, rev)
-	}
-	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdCompact, Revision: rev})
-	if err != nil {
-		return nil, fmt.Errorf("compact to revision %d: %w", rev, err)
-	}
-	return res, nil
 }
