@@ -99,6 +99,10 @@ type RangeRequest struct {
 	// of the range on every page. A range that overlaps keys a door hides (Hidden)
 	// ignores it and returns every key, since its count must leave them out.
 	Limit int64
+	// NoCount, with Limit, reads the page alone: the walk stops after it, Count is 0
+	// and More still says whether the range holds more (a streamed range's middle
+	// pages, whose count nobody reads).
+	NoCount bool
 }
 
 // RangeResult is what a range read: its keys in key order, and the revision of the
@@ -136,7 +140,7 @@ func (s *Server) Range(ctx context.Context, c Caller, r RangeRequest) (RangeResu
 	}
 	res := RangeResult{Revision: view.Revision()}
 	if op.End != nil && r.Limit > 0 && s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: op.Key, End: op.End}) == nil {
-		page, err := view.RangeWith(op.Key, op.End, r.Limit, fsm.RangeOptions{Revision: rev, WithCount: true})
+		page, err := view.RangeWith(op.Key, op.End, r.Limit, fsm.RangeOptions{Revision: rev, WithCount: !r.NoCount})
 		if err != nil {
 			return RangeResult{}, revisionError(view, rev, err)
 		}
