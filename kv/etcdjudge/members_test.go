@@ -12,7 +12,7 @@ import (
 // MemberRemove takes the member ID MemberList reports and removes that node from the
 // Raft configuration (as DELETE /v1/agent/peers/ID); an unknown ID is etcd's member
 // not found; MemberAdd and MemberPromote stay Unimplemented: a keel node joins by
-// itself (keel agent -join) and autopilot promotes it (kills: MemberRemove
+// itself (keel agent -join) and keel promotes its non-voters (kills: MemberRemove
 // Unimplemented; the ID not mapped to the node; an unknown ID removing nothing
 // silently).
 func TestMemberRemove(t *testing.T) {

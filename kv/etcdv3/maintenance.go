@@ -10,7 +10,7 @@ import (
 )
 
 // etcdCluster serves Cluster.MemberList from the Raft configuration, and
-// MemberRemove (members.go). The other membership changes are keel's (keel agent
+// MemberRemove (members.go). The other membership changes are keel's own (keel agent
 // -join, autopilot): MemberAdd, MemberUpdate and MemberPromote answer Unimplemented.
 type etcdCluster struct {
 	pb.UnimplementedClusterServer

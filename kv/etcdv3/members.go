@@ -38,9 +38,9 @@ func (e *Server) nodeOf(id uint64) string {
 	return ""
 }
 
-// MemberAdd does not map onto keel: etcd registers a member's peer URLs before it
-// starts, a keel node joins by itself (keel agent -join ADDR) under the node ID it
-// chose, and autopilot adds it.
+// MemberAdd does not map onto keel: etcd registers a member's peer URLs before the
+// member starts, a keel node asks to join by itself (keel agent -join ADDR) under the
+// node ID and address it chose.
 func (c etcdCluster) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
 	return nil, etcdUnimplemented("MemberAdd (a keel node joins by itself: keel agent -join ADDR)")
 }
@@ -50,8 +50,8 @@ func (c etcdCluster) MemberUpdate(context.Context, *pb.MemberUpdateRequest) (*pb
 	return nil, etcdUnimplemented("MemberUpdate (a keel node's address is the one it joined with)")
 }
 
-// MemberPromote is autopilot's: a keel node joins as a non-voter (etcd's learner) and
-// is made a voter once it has caught up and stayed healthy.
+// MemberPromote is keel's own: its non-voters (etcd's learners: a node gossip found, a
+// rebuilt node) become voters once caught up, by autopilot or their own rejoin.
 func (c etcdCluster) MemberPromote(context.Context, *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	return nil, etcdUnimplemented("MemberPromote (keel's autopilot promotes a caught-up non-voter)")
+	return nil, etcdUnimplemented("MemberPromote (keel promotes a caught-up non-voter by itself)")
 }
