@@ -59,7 +59,6 @@ import (
 //   - a Range or DeleteRange whose end does not sort after its key: every generated
 //     range end sorts after its key (compares over empty ranges are not generated
 //     either);
-//   - a Range at a revision inside a Txn: gets inside transactions read the latest;
 //   - lease TTLs below etcd's minimum (keel refuses what etcd raises): TTLs are 30 s
 //     and more, longer than any sequence, so no lease expires during one;
 //   - a watch starting at the compact revision itself (keel answers ErrCompacted,
@@ -69,6 +68,11 @@ import (
 //     key in [key, "\x00")): etcd sends both events at the transaction's revision, keel,
 //     whose history keeps one version per key and revision, only the outcome. Deletes
 //     inside generated transactions never run from a key on;
+//   - a Range with a sort target other than KEY, no sort order and a limit: etcd 3.7
+//     takes order NONE for its default ordering when it picks how many keys to read
+//     (rangeLimit), so it reads the first limit+1 keys in key order and sorts only
+//     those (ascending, as a target without an order does); keel sorts the whole range,
+//     as both do with an explicit ASCEND. Such ranges are generated without a limit;
 //   - a LEASE compare with < or > against a lease ID: which of two leases has the
 //     greater ID is the server's choice (etcd's grow, keel's do not), so LEASE compares
 //     use < and > only against 0 (the key has a lease, or none);
