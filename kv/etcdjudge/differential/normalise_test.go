@@ -65,9 +65,12 @@ import (
 //     etcd serves it): such a watch is skipped on both sides;
 //   - a Txn that puts a key and deletes it too, which etcd's duplicate-key check lets
 //     through when the delete's range_end is "\x00" (its interval tree never finds a
-//     key in [key, "\x00")): etcd sends both events at the transaction's revision, keel,
-//     whose history keeps one version per key and revision, only the outcome. Deletes
-//     inside generated transactions never run from a key on;
+//     key in [key, "\x00")) or when the put is in a nested Txn and the delete in a later
+//     one (it checks a nested Txn's puts only against the deletes seen before it):
+//     etcd sends both events at the transaction's revision, keel, whose history keeps
+//     one version per key and revision, only the outcome. Deletes inside generated
+//     transactions never run from a key on, and a transaction drawn freely (not
+//     clean, see genTxn) deletes only at its own level;
 //   - a Range with a sort target other than KEY, no sort order and a limit: etcd 3.7
 //     takes order NONE for its default ordering when it picks how many keys to read
 //     (rangeLimit), so it reads the first limit+1 keys in key order and sorts only
