@@ -18,6 +18,7 @@ import (
 	"github.com/keel-kv/keel/cmd/keel/agent"
 	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/etcdv3"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/versions"
 )
@@ -75,6 +76,7 @@ func (l limitFlags) apply(c *kv.Config) {
 type agentFlags struct {
 	nodeID, dataDir, httpAddr, raftAddr, advertise, logLevel string
 	etcdAddr                                                 string
+	etcdProgress                                             time.Duration
 	join, retryJoin                                          []string
 	dev, bootstrap                                           bool
 	gossipAddr, encrypt, clusterLabel                        string
@@ -124,6 +126,8 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (required unless -dev)")
 	fl.StringVar(&f.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
 	fl.StringVar(&f.etcdAddr, "etcd-addr", "", "etcd v3 gRPC API listen address (empty or off: none; -dev serves it on "+devEtcdAddr+" unless off)")
+	fl.DurationVar(&f.etcdProgress, "etcd-watch-progress-notify-interval", etcdv3.DefaultProgressNotifyInterval,
+		"how often an idle etcd watch created with progress_notify hears the revision it reached (etcd's --watch-progress-notify-interval)")
 	fl.StringVar(&f.raftAddr, "raft-addr", def.Raft.BindAddr, "Raft and forwarding listen address")
 	fl.StringVar(&f.advertise, "advertise", "", "Raft address other nodes dial (default: -raft-addr)")
 	fl.StringSliceVar(&f.join, "join", nil, "members to join through (comma-separated): Raft addresses, or gossip addresses when gossip is on")
@@ -215,6 +219,7 @@ func agentConfig(f agentFlags, log hclog.Logger) (cfg agent.Config, tempDir stri
 	cfg.DataDir = f.dataDir
 	cfg.HTTPAddr = f.httpAddr
 	cfg.EtcdAddr = etcdAddr(f, log)
+	cfg.EtcdProgressNotifyInterval = f.etcdProgress
 	cfg.Raft.BindAddr = f.raftAddr
 	cfg.Raft.AdvertiseAddr = f.advertise
 	cfg.Raft.Bootstrap = f.bootstrap || f.dev

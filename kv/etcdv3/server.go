@@ -41,6 +41,11 @@ type Server struct {
 	addr   string                                // set by Serve: the listener's address, for MemberList
 	ids    struct{ self, cluster atomic.Uint64 } // cached by selfID, clusterID
 
+	// ProgressNotifyInterval is how often an idle watch created with progress_notify
+	// hears the revision it reached (etcd's --watch-progress-notify-interval). Set it
+	// before Serve; zero is DefaultProgressNotifyInterval.
+	ProgressNotifyInterval time.Duration
+
 	mu      sync.Mutex
 	closed  bool
 	streams sync.WaitGroup

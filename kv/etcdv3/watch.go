@@ -16,9 +16,10 @@ import (
 	"github.com/keel-kv/keel/raft"
 )
 
-// etcdProgressInterval is how often a watch created with progress_notify hears the
-// revision it has reached while idle (etcd's default).
-var etcdProgressInterval = 10 * time.Minute
+// DefaultProgressNotifyInterval is how often a watch created with progress_notify
+// hears the revision it has reached while idle, unless Server.ProgressNotifyInterval
+// says otherwise (etcd's default).
+const DefaultProgressNotifyInterval = 10 * time.Minute
 
 // etcdWatch serves etcd's Watch service: many watches on one stream, each a watch of
 // the core (Watch), opened with the rules of GET /v1/watch.
@@ -280,7 +281,7 @@ func (ws *etcdWatchStream) closeAll() {
 func (ws *etcdWatchStream) pump(ctx context.Context, w *etcdWatcher) error {
 	var tick <-chan time.Time
 	if w.progressNotify {
-		t := time.NewTicker(etcdProgressInterval)
+		t := time.NewTicker(ws.e.progressNotifyInterval())
 		defer t.Stop()
 		tick = t.C
 	}
@@ -421,4 +422,12 @@ func (ws *etcdWatchStream) progressOnce() (int64, bool) {
 		}
 	}
 	return least, least >= 0
+}
+
+// progressNotifyInterval is ProgressNotifyInterval, or its default when unset.
+func (e *Server) progressNotifyInterval() time.Duration {
+	if e.ProgressNotifyInterval > 0 {
+		return e.ProgressNotifyInterval
+	}
+	return DefaultProgressNotifyInterval
 }

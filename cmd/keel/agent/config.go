@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -31,9 +32,13 @@ type Config struct {
 	// EtcdAddr, when set, serves the etcd v3 gRPC API there (etcdv3.Server), with the
 	// HTTP port's TLS, client-certificate rule and ACLs; empty serves none.
 	EtcdAddr string
-	Raft     raft.Config
-	KV       kv.Config
-	Logger   hclog.Logger
+	// EtcdProgressNotifyInterval is how often an idle etcd watch created with
+	// progress_notify hears the revision it reached (etcdv3.Server's); zero: the default.
+	EtcdProgressNotifyInterval time.Duration
+
+	Raft   raft.Config
+	KV     kv.Config
+	Logger hclog.Logger
 
 	// Gossip turns on membership (memberlist) when set; NodeID is filled in.
 	Gossip *membership.Config

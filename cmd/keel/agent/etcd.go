@@ -22,6 +22,7 @@ func (a *Agent) startEtcd() error {
 	}
 	a.etcdLn = ln
 	a.etcd = etcdv3.New(a.server)
+	a.etcd.ProgressNotifyInterval = a.cfg.EtcdProgressNotifyInterval
 	a.etcdErr = make(chan error, 1)
 	go func() { a.etcdErr <- a.etcd.Serve(a.server.LimitListener(ln)) }()
 	return nil

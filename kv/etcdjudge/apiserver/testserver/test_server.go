@@ -78,7 +78,7 @@ func startKeel(t testing.TB, cfg *embed.Config) string {
 	args := []string{"agent", "-dev", "-data-dir", filepath.Join(cfg.Dir, "keel"),
 		"-etcd-addr", etcdAddr, "-http-addr", httpAddr, "-raft-addr", raftAddr}
 	if cfg.WatchProgressNotifyInterval > 0 {
-		args = append(args, "-etcd-progress-interval", cfg.WatchProgressNotifyInterval.String())
+		args = append(args, "-etcd-watch-progress-notify-interval", cfg.WatchProgressNotifyInterval.String())
 	}
 	logPath := filepath.Join(cfg.Dir, "keel.log")
 	lf, err := os.Create(logPath)
