@@ -46,7 +46,9 @@ type etcdWatchStream struct {
 // etcdWatcher is one watch of a stream, pumped by its own goroutine.
 type etcdWatcher struct {
 	id              int64
-	w               *kv.Watch
+	w               *kv.Watch // replaced by resume (under the stream's mu), read by the pump
+	key, end        []byte    // the watched range, for resume
+	notifyFn        func()
 	cancel          context.CancelFunc
 	exited          chan struct{}
 	notify          chan struct{}   // cap 1: the watcher may have something
@@ -170,6 +172,7 @@ func (ws *etcdWatchStream) create(cr *pb.WatchCreateRequest) {
 	// accept whole ones.
 	end, err := rangeEnd(cr.Key, cr.RangeEnd)
 	if err == nil {
+		w.key, w.end, w.notifyFn = cr.Key, end, notify
 		w.w, err = ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), kv.WatchRequest{Key: cr.Key, End: end,
 			StartRevision: cr.StartRevision, PrevKV: cr.PrevKv, Notify: notify})
 	}
@@ -228,7 +231,7 @@ func (ws *etcdWatchStream) start(w *etcdWatcher, rev int64) {
 	go func() {
 		defer ws.wg.Done()
 		defer close(w.exited)
-		defer w.w.Close()
+		defer func() { w.w.Close() }() // the watch resume left
 		if err := ws.pump(ctx, w); err != nil {
 			ws.ended(w, err)
 		}
@@ -327,7 +330,10 @@ func (ws *etcdWatchStream) drain(w *etcdWatcher) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			if err = ws.resume(w, err); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := w.w.RightsLost(); err != nil {
 			return err
@@ -336,6 +342,29 @@ func (ws *etcdWatchStream) drain(w *etcdWatcher) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// resume reopens a watch the core ended as too slow (its queue reached its bound)
+// from the first revision it had not been given, as etcd catches a slow watcher up
+// from history instead of ending it: an etcd client takes a watch the server cancels
+// without a compaction for a closed one and tells its caller nothing. Any other end,
+// or a reopen that fails (a compacted revision), is returned.
+func (ws *etcdWatchStream) resume(w *etcdWatcher, err error) error {
+	var werr *fsm.WatchError
+	if !errors.As(err, &werr) || !errors.Is(werr.Err, fsm.ErrSlowWatcher) {
+		return err
+	}
+	nw, err := ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), kv.WatchRequest{Key: w.key, End: w.end,
+		StartRevision: werr.LastRevision + 1, PrevKV: w.prevKV, Notify: w.notifyFn})
+	if err != nil {
+		return err // the old watch is closed when the pump ends
+	}
+	ws.mu.Lock()
+	old := w.w
+	w.w = nw
+	ws.mu.Unlock()
+	old.Close()
 	return nil
 }
 
