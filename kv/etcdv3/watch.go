@@ -21,6 +21,11 @@ import (
 // says otherwise (etcd's default).
 const DefaultProgressNotifyInterval = 10 * time.Minute
 
+// etcdMaxRevsPerAnswer bounds the revisions of one watch answer, as etcd's
+// watchBatchMaxRevs does: a watch catching up sends its backlog in answers of at most
+// this many revisions, not one answer of everything queued.
+const etcdMaxRevsPerAnswer = 1000
+
 // etcdWatch serves etcd's Watch service: many watches on one stream, each a watch of
 // the core (Watch), opened with the rules of GET /v1/watch.
 type etcdWatch struct {
@@ -338,8 +343,12 @@ func (ws *etcdWatchStream) drain(w *etcdWatcher) error {
 		if err := w.w.RightsLost(); err != nil {
 			return err
 		}
-		if err := ws.sendEvents(w, groups); err != nil {
-			return err
+		for len(groups) > 0 { // etcd's watchBatchMaxRevs: at most 1,000 revisions an answer
+			n := min(len(groups), etcdMaxRevsPerAnswer)
+			if err := ws.sendEvents(w, groups[:n]); err != nil {
+				return err
+			}
+			groups = groups[n:]
 		}
 	}
 	return nil

@@ -20,7 +20,9 @@ import (
 // A watcher that falls behind by more than the core's watch buffer is caught up from
 // history, as etcd does, not canceled: etcd's client takes a cancel without a
 // compaction for a closed watch and tells its caller nothing, so the events would be
-// lost to it silently (kill: the door ends the watch on fsm.ErrSlowWatcher).
+// lost to it silently (kill: the door ends the watch on fsm.ErrSlowWatcher). The
+// backlog comes in answers of at most 1,000 revisions, as etcd sends it (kill: one
+// answer of everything queued).
 func TestWatchSlowReaderCatchesUp(t *testing.T) {
 	store := kvtest.New()
 	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
@@ -71,6 +73,9 @@ func TestWatchSlowReaderCatchesUp(t *testing.T) {
 		}
 		if resp.Canceled {
 			t.Fatalf("the watch was canceled after %d of %d events: %q", got, n, resp.CancelReason)
+		}
+		if len(resp.Events) > etcdMaxRevsPerAnswer { // one put per revision here
+			t.Fatalf("an answer of %d revisions, more than etcd's %d", len(resp.Events), etcdMaxRevsPerAnswer)
 		}
 		for _, ev := range resp.Events {
 			if want := fmt.Sprintf("f/%05d", got); string(ev.Kv.Key) != want {
