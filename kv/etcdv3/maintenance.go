@@ -30,7 +30,7 @@ func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.MemberListResponse{Header: c.e.header(v.Revision())}
+	resp := &pb.MemberListResponse{Header: c.e.header(0)} // etcd answers no revision here
 	for _, m := range st.Members {
 		pm := &pb.Member{ID: memberID(m.ID), Name: m.ID, PeerURLs: []string{"http://" + m.Address},
 			IsLearner: m.Suffrage.String() != "Voter"}
@@ -60,7 +60,8 @@ type etcdMaintenance struct {
 func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := m.e.core.NodeStatus()
 	resp := &pb.StatusResponse{Header: m.e.header(m.e.revision(ctx)), Version: Version, StorageVersion: Version,
-		Leader: memberID(st.LeaderID), RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex}
+		Leader: memberID(st.LeaderID), RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex,
+		DowngradeInfo: &pb.DowngradeInfo{}} // no downgrade in progress, as etcd answers
 	if size, err := m.e.core.DataSize(); err == nil {
 		resp.DbSize, resp.DbSizeInUse = size, size
 	}
