@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff
+.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -57,6 +57,12 @@ test-etcd:
 test-etcd-diff:
 	cd kv/etcdjudge/differential && $(GO) test -count=1 -timeout 10m ./...
 
+# kv/etcdjudge/etcdctl is its own module (etcdctl 3.7 and an embedded etcd 3.7): one
+# scripted etcdctl session against keel and against a real etcd, answers compared
+# after the normalisation its README lists.
+test-etcdctl:
+	cd kv/etcdjudge/etcdctl && $(GO) test -count=1 -timeout 15m ./...
+
 # In-process benchmarks: the state machine, tokens, and a real 3-node cluster on loopback
 # (writes/s at 1 and 64 clients, linearizable reads/s). Figures land in bench/results-unit.txt.
 bench:
@@ -84,6 +90,7 @@ lint:
 	cd kv/etcdjudge && $(GO) vet ./... && staticcheck ./...
 	cd chaos/etcd && $(GO) vet -tags chaos ./... && staticcheck -tags chaos ./...
 	cd kv/etcdjudge/differential && $(GO) vet ./... && staticcheck ./...
+	cd kv/etcdjudge/etcdctl && $(GO) vet ./... && staticcheck ./...
 
 # Fault-injection scenarios over real keel processes and containers, each on the
 # backends it declares (~12 min). A run that cannot happen here (no Docker, no tmpfs)
