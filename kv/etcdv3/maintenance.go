@@ -102,8 +102,12 @@ func (m etcdMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.H
 		return nil, etcdUnsupported(fmt.Sprintf("HashKV at revision %d: only the latest revision (%d)", r.Revision, v.Revision()))
 	}
 	h := v.Hash()
+	compact := v.CompactRevision()
+	if compact == 0 {
+		compact = -1 // never compacted: etcd's mvcc answers -1
+	}
 	return &pb.HashKVResponse{Header: m.e.header(v.Revision()), Hash: uint32(h ^ h>>32),
-		CompactRevision: v.CompactRevision(), HashRevision: v.Revision()}, nil
+		CompactRevision: compact, HashRevision: v.Revision()}, nil
 }
 
 // etcdAuth serves Authenticate and AuthStatus. keel has no etcd users or roles: a
