@@ -123,8 +123,9 @@ func (d *etcdDoor) watchOnce(ctx context.Context, op rt.Op) error {
 	if op.Prefix {
 		cr.RangeEnd = fsm.PrefixEnd(cr.Key)
 	}
-	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: cr}}); err != nil {
-		return err
+	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: cr}}); err != nil &&
+		!errors.Is(err, io.EOF) {
+		return err // io.EOF: the server ended the stream, and Recv says why
 	}
 	resp, err := stream.Recv()
 	if err != nil {
@@ -153,8 +154,8 @@ func (d *etcdDoor) keepAliveOnce(ctx context.Context) error {
 		return err
 	}
 	defer stream.CloseSend()
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: d.f.Lease}); err != nil {
-		return err
+	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: d.f.Lease}); err != nil && !errors.Is(err, io.EOF) {
+		return err // io.EOF: the server ended the stream, and Recv says why
 	}
 	_, err = stream.Recv()
 	if errors.Is(err, io.EOF) {
