@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
@@ -24,6 +25,12 @@ type WatchRequest struct {
 	Linearizable  bool          // the start waits until the node has applied every acknowledged write
 	Notify        func()        // called (without blocking) when the watch may have events
 }
+
+// Bounds of a watch's progress interval (?progress=, the stream's progress).
+const (
+	minWatchProgress = 100 * time.Millisecond
+	maxWatchProgress = time.Hour
+)
 
 // MinWatchProgress is the shortest interval of progress notifications a watch may ask.
 const MinWatchProgress = minWatchProgress
@@ -155,3 +162,113 @@ func WatchEnd(err error) api.WatchEvent { return endLine(err) }
 
 // Watches is the number of watches the node serves now, through every door.
 func (s *Server) Watches() int64 { return s.watches.Load() }
+
+// The watch start behind CheckWatch and OpenWatch.
+
+// watchReq is a validated watch request.
+type watchReq struct {
+	opts     fsm.WatchOptions
+	prevKV   bool
+	progress time.Duration
+	cons     fsm.Consistency
+}
+
+// newWatchReq validates a watch of key (or the prefix key), the same for HTTP and the
+// stream protocol. progress 0 means no progress notifications.
+func (s *Server) newWatchReq(key string, prefix bool, start int64, prevKV bool, progress time.Duration,
+	cons fsm.Consistency) (watchReq, error) {
+	q := watchReq{prevKV: prevKV, progress: progress, cons: cons}
+	if !(prefix && key == "") {
+		if err := s.lim.checkKey(key); err != nil {
+			return q, err
+		}
+	}
+	q.opts.Key = []byte(key)
+	if prefix {
+		q.opts.End = fsm.PrefixEnd(q.opts.Key)
+		if q.opts.End == nil {
+			q.opts.End = []byte{} // no upper bound
+		}
+	}
+	if start < 0 {
+		return q, fmt.Errorf("%w: %s %d is negative", ErrInvalidParam, api.ParamStartRevision, start)
+	}
+	q.opts.StartRevision = start
+	if progress != 0 && (progress < minWatchProgress || progress > maxWatchProgress) {
+		return q, fmt.Errorf("%w: %s=%v: want a duration between %v and %v",
+			ErrInvalidParam, api.ParamProgress, progress, minWatchProgress, maxWatchProgress)
+	}
+	q.opts.Buffer = s.cfg.WatchBuffer
+	return q, nil
+}
+
+// openWatch takes a watch slot (acquireWatch), waits for its start's consistency
+// (a linearizable start catches up with the leader's commit index first), and starts
+// its watcher from q's start revision, or from after the view's revision. It returns
+// the view's revision; done closes the watcher and releases the count.
+func (s *Server) openWatch(ctx context.Context, q watchReq) (w *fsm.Watcher, rev int64, done func(), err error) {
+	release, err := s.acquireWatch(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	view, err := s.store.View(ctx, q.cons)
+	cancel()
+	if err != nil {
+		release()
+		return nil, 0, nil, err
+	}
+	if q.opts.StartRevision == 0 {
+		q.opts.StartRevision = view.Revision() + 1
+	}
+	watcher, err := s.store.Watch(q.opts)
+	if err != nil {
+		release()
+		return nil, 0, nil, fmt.Errorf("watch %q: %w", q.opts.Key, err)
+	}
+	return watcher, view.Revision(), func() { watcher.Close(); release() }, nil
+}
+
+// contactContext is live while the node has leader contact and is cancelled, with a
+// raft.ErrNoLeader cause, once it loses it; nil for a store that cannot lose it.
+func (s *Server) contactContext() context.Context {
+	if cc, ok := s.store.(interface{ ContactContext() context.Context }); ok {
+		return cc.ContactContext()
+	}
+	return nil
+}
+
+// watchRights returns, for a watch made with ctx's token, which event keys the token
+// may read now (allow) and a check that fails once the token is deleted (revoked); both
+// nil when ACLs are not enforced. Each event is checked against the rights the token
+// holds when it is sent: a policy change or a deleted token stops the events it no
+// longer allows.
+func (s *Server) watchRights(ctx context.Context) (allow func([]byte) bool, revoked func() error) {
+	az := authzOf(ctx)
+	if az == nil {
+		return nil, nil
+	}
+	revoked = func() error { _, err := s.current(az); return err }
+	allow = func(key []byte) bool {
+		cur, err := s.current(az)
+		return err == nil && cur.Key(key, false)
+	}
+	return allow, revoked
+}
+
+// checkWatchStart refuses a watch whose token (as it is now) may read nothing of its
+// key or range.
+func (s *Server) checkWatchStart(ctx context.Context, q watchReq) error {
+	if az := authzOf(ctx); az != nil {
+		cur, err := s.current(az)
+		if err != nil {
+			return err
+		}
+		ctx = context.WithValue(ctx, authzKey{}, cur)
+	}
+	if q.opts.End == nil {
+		return checkKey(ctx, q.opts.Key, false)
+	}
+	_, err := readFilter(ctx, q.opts.Key, q.opts.End)
+	return err
+}

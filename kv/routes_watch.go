@@ -15,122 +15,52 @@ import (
 	"github.com/keel-kv/keel/raft"
 )
 
-// Bounds of ?progress=.
-const (
-	minWatchProgress = 100 * time.Millisecond
-	maxWatchProgress = time.Hour
-)
-
-// watchReq is a validated watch request.
-type watchReq struct {
-	opts     fsm.WatchOptions
-	prevKV   bool
-	progress time.Duration
-	cons     fsm.Consistency
-	// requireLeader: refused without leader contact, ended on losing it (HTTP; the
-	// stream protocol has its own flag).
-	requireLeader bool
-}
-
-func (s *Server) parseWatch(r *http.Request) (watchReq, error) {
+// parseWatch reads GET /v1/watch's parameters into the core's request (validated by
+// CheckWatch), and whether it requires a leader (refused without leader contact,
+// ended on losing it).
+func parseWatch(r *http.Request) (WatchRequest, bool, error) {
 	p, err := parseParams(r, api.ParamPrefix, api.ParamStartRevision, api.ParamPrevKV,
 		api.ParamProgress, api.ParamConsistency, api.ParamRequireLeader)
 	if err != nil {
-		return watchReq{}, err
+		return WatchRequest{}, false, err
 	}
 	prefix, err := p.bool(api.ParamPrefix)
 	if err != nil {
-		return watchReq{}, err
+		return WatchRequest{}, false, err
 	}
 	start, err := p.int64(api.ParamStartRevision, 0, 0)
 	if err != nil {
-		return watchReq{}, err
+		return WatchRequest{}, false, err
 	}
 	prevKV, err := p.bool(api.ParamPrevKV)
 	if err != nil {
-		return watchReq{}, err
+		return WatchRequest{}, false, err
 	}
 	var progress time.Duration
 	if v := p.get(api.ParamProgress); v != "" {
 		if progress, err = time.ParseDuration(v); err != nil {
-			return watchReq{}, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
+			return WatchRequest{}, false, fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
 				ErrInvalidParam, api.ParamProgress, v, minWatchProgress, maxWatchProgress)
 		}
 	}
 	cons, err := p.consistency()
 	if err != nil {
-		return watchReq{}, err
+		return WatchRequest{}, false, err
 	}
 	requireLeader, err := p.bool(api.ParamRequireLeader)
 	if err != nil {
-		return watchReq{}, err
+		return WatchRequest{}, false, err
 	}
 	if v := r.Header.Get(api.HeaderRequireLeader); v != "" {
 		h, err := strconv.ParseBool(v)
 		if err != nil {
-			return watchReq{}, fmt.Errorf("%w: header %s: %q is not true or false", ErrInvalidParam, api.HeaderRequireLeader, v)
+			return WatchRequest{}, false, fmt.Errorf("%w: header %s: %q is not true or false", ErrInvalidParam, api.HeaderRequireLeader, v)
 		}
 		requireLeader = requireLeader || h
 	}
-	q, err := s.newWatchReq(r.PathValue("key"), prefix, start, prevKV, progress, cons)
-	q.requireLeader = requireLeader
-	return q, err
-}
-
-// newWatchReq validates a watch of key (or the prefix key), the same for HTTP and the
-// stream protocol. progress 0 means no progress notifications.
-func (s *Server) newWatchReq(key string, prefix bool, start int64, prevKV bool, progress time.Duration,
-	cons fsm.Consistency) (watchReq, error) {
-	q := watchReq{prevKV: prevKV, progress: progress, cons: cons}
-	if !(prefix && key == "") {
-		if err := s.lim.checkKey(key); err != nil {
-			return q, err
-		}
-	}
-	q.opts.Key = []byte(key)
-	if prefix {
-		q.opts.End = fsm.PrefixEnd(q.opts.Key)
-		if q.opts.End == nil {
-			q.opts.End = []byte{} // no upper bound
-		}
-	}
-	if start < 0 {
-		return q, fmt.Errorf("%w: %s %d is negative", ErrInvalidParam, api.ParamStartRevision, start)
-	}
-	q.opts.StartRevision = start
-	if progress != 0 && (progress < minWatchProgress || progress > maxWatchProgress) {
-		return q, fmt.Errorf("%w: %s=%v: want a duration between %v and %v",
-			ErrInvalidParam, api.ParamProgress, progress, minWatchProgress, maxWatchProgress)
-	}
-	q.opts.Buffer = s.cfg.WatchBuffer
-	return q, nil
-}
-
-// openWatch takes a watch slot (acquireWatch), waits for its start's consistency
-// (a linearizable start catches up with the leader's commit index first), and starts
-// its watcher from q's start revision, or from after the view's revision. It returns
-// the view's revision; done closes the watcher and releases the count.
-func (s *Server) openWatch(ctx context.Context, q watchReq) (w *fsm.Watcher, rev int64, done func(), err error) {
-	release, err := s.acquireWatch(ctx)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	view, err := s.store.View(ctx, q.cons)
-	cancel()
-	if err != nil {
-		release()
-		return nil, 0, nil, err
-	}
-	if q.opts.StartRevision == 0 {
-		q.opts.StartRevision = view.Revision() + 1
-	}
-	watcher, err := s.store.Watch(q.opts)
-	if err != nil {
-		release()
-		return nil, 0, nil, fmt.Errorf("watch %q: %w", q.opts.Key, err)
-	}
-	return watcher, view.Revision(), func() { watcher.Close(); release() }, nil
+	req := WatchRequest{Key: []byte(r.PathValue("key")), Prefix: prefix, StartRevision: start, PrevKV: prevKV,
+		Progress: progress, Linearizable: cons == fsm.Linearizable}
+	return req, requireLeader, nil
 }
 
 // handleWatch serves GET /v1/watch/{key...} as a stream of api.WatchEvent lines. Any
@@ -139,28 +69,32 @@ func (s *Server) openWatch(ctx context.Context, q watchReq) (w *fsm.Watcher, rev
 // acknowledged before the request; the watch then starts after that point when no
 // start_revision is given.
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
-	q, err := s.parseWatch(r)
+	req, requireLeader, err := parseWatch(r)
 	if err != nil {
 		return err
 	}
-	if err := s.checkWatchStart(r.Context(), q); err != nil {
+	sp, err := s.CheckWatch(r.Context(), callerOf(r), req)
+	if err != nil {
 		return err
 	}
 	var lost context.Context // ends the watch on losing leader contact
-	if q.requireLeader {
-		if err := s.leaderContact(); err != nil {
+	if requireLeader {
+		if err := s.LeaderContact(); err != nil {
 			return err
 		}
-		lost = s.contactContext()
+		lost = s.LeaderLost()
 	}
-	allow, revoked := s.watchRights(r.Context())
-	ctx, cancel := s.requestContext(r)
-	watcher, rev, done, err := s.openWatch(ctx, q)
-	cancel()
+	if sp.Linearizable() {
+		if err := s.WaitLinearizable(r.Context()); err != nil {
+			return err
+		}
+	}
+	watch, err := s.OpenWatch(r.Context(), sp)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer watch.Close()
+	rev := watch.Revision
 
 	// The stream outlives WriteTimeout; each write gets its own deadline instead.
 	rc := http.NewResponseController(w)
@@ -169,61 +103,20 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set(api.HeaderRevision, strconv.FormatInt(rev, 10))
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	ws := &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096), prevKV: q.prevKV,
-		writeTimeout: s.cfg.WriteTimeout, allow: allow, revoked: revoked, last: rev}
-	if q.opts.StartRevision > 0 {
-		ws.last = q.opts.StartRevision - 1
+	ws := &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096), prevKV: sp.PrevKV(),
+		writeTimeout: s.cfg.WriteTimeout, revoked: watch.RightsLost, last: rev}
+	if watch.Filtered() {
+		ws.allow = watch.Allowed
+	}
+	if start := sp.StartRevision(); start > 0 {
+		ws.last = start - 1
 	}
 	ws.enc = json.NewEncoder(ws.bw)
 	if err := ws.flush(); err != nil {
 		return nil
 	}
-	s.streamWatch(r.Context(), watcher, ws, q.progress, lost)
+	s.streamWatch(r.Context(), watch.Watcher, ws, sp.Progress(), lost)
 	return nil
-}
-
-// contactContext is live while the node has leader contact and is cancelled, with a
-// raft.ErrNoLeader cause, once it loses it; nil for a store that cannot lose it.
-func (s *Server) contactContext() context.Context {
-	if cc, ok := s.store.(interface{ ContactContext() context.Context }); ok {
-		return cc.ContactContext()
-	}
-	return nil
-}
-
-// watchRights returns, for a watch made with ctx's token, which event keys the token
-// may read now (allow) and a check that fails once the token is deleted (revoked); both
-// nil when ACLs are not enforced. Each event is checked against the rights the token
-// holds when it is sent: a policy change or a deleted token stops the events it no
-// longer allows.
-func (s *Server) watchRights(ctx context.Context) (allow func([]byte) bool, revoked func() error) {
-	az := authzOf(ctx)
-	if az == nil {
-		return nil, nil
-	}
-	revoked = func() error { _, err := s.current(az); return err }
-	allow = func(key []byte) bool {
-		cur, err := s.current(az)
-		return err == nil && cur.Key(key, false)
-	}
-	return allow, revoked
-}
-
-// checkWatchStart refuses a watch whose token (as it is now) may read nothing of its
-// key or range.
-func (s *Server) checkWatchStart(ctx context.Context, q watchReq) error {
-	if az := authzOf(ctx); az != nil {
-		cur, err := s.current(az)
-		if err != nil {
-			return err
-		}
-		ctx = context.WithValue(ctx, authzKey{}, cur)
-	}
-	if q.opts.End == nil {
-		return checkKey(ctx, q.opts.Key, false)
-	}
-	_, err := readFilter(ctx, q.opts.Key, q.opts.End)
-	return err
 }
 
 // watchWriter writes one watch stream's lines in its format: /v1/watch's
