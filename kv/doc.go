@@ -20,10 +20,15 @@
 // answer and maps errors in one function of its own. The etcd v3 gRPC door is
 // package kv/etcdv3, the stream protocol's door package kv/stream (attached with
 // stream.Attach: it serves the connections the HTTP routes upgrade from GET
-// /v1/stream); both call only the core's exported methods. The HTTP routes
-// (routes_*.go, errors mapped by classify in errors.go, which is also the stream's
-// table: WireError) still live in this package and call the unexported helpers the
-// core's methods wrap; they move to a package of their own next (issue #25).
+// /v1/stream); both call only the core's exported methods.
+//
+// The HTTP door still lives in this package (server.go's listener and middleware,
+// respond.go, routes_*.go; its errors mapped by classify in errors.go, which is also
+// the stream's table: WireError). Staged for its move (issue #25): the KV, txn,
+// compact, lease and watch routes call only the core's exported methods for
+// callerOf(r), and the logic behind those methods is in core*.go; the list route
+// (routes_list.go, listversion.go), status and health, the admin and ACL routes and
+// the typed resource API (routes_apis*.go) still call unexported helpers.
 //
 // Every right decision is the ACL engine's, package kv/acl: kv authenticates a request
 // (acl_routes.go), keeps the node's current acl.State, writes the ACL records
