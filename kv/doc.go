@@ -25,10 +25,11 @@
 // The HTTP door still lives in this package (server.go's listener and middleware,
 // respond.go, routes_*.go; its errors mapped by classify in errors.go, which is also
 // the stream's table: WireError). Staged for its move (issue #25): the KV, txn,
-// compact, lease and watch routes call only the core's exported methods for
-// callerOf(r), and the logic behind those methods is in core*.go; the list route
-// (routes_list.go, listversion.go), status and health, the admin and ACL routes and
-// the typed resource API (routes_apis*.go) still call unexported helpers.
+// compact, lease, watch and list routes call only the core's exported methods for
+// callerOf(r), and the logic behind those methods is in core*.go (the list's pages in
+// routes_list.go and listversion.go, which the typed list shares); status and health,
+// the admin and ACL routes and the typed resource API (routes_apis*.go) still call
+// unexported helpers.
 //
 // Every right decision is the ACL engine's, package kv/acl: kv authenticates a request
 // (acl_routes.go), keeps the node's current acl.State, writes the ACL records

@@ -90,28 +90,25 @@ func parseListVersion(rv, match string, limited, cont bool) (listVersion, error)
 	return listVersion{sem: rvNotOlderThan, rev: n}, nil
 }
 
-// parseRawListVersion is the raw list's mapping onto the same semantics: revision=N is
+// rawListVersion is the raw list's mapping onto the same semantics: revision=N is
 // Exact unless revision_match=not_older_than; no revision is MostRecent (Any is
-// consistency=serializable, which keeps its own meaning).
-func parseRawListVersion(p params, rev int64) (listVersion, error) {
-	match := p.get(api.ParamRevisionMatch)
+// consistency=serializable, which keeps its own meaning). cont says a continue token
+// is given.
+func rawListVersion(match RevisionMatch, rev int64, cont bool) (listVersion, error) {
 	switch {
-	case !p.has(api.ParamRevisionMatch):
-	case match != api.RevisionMatchExact && match != api.RevisionMatchNotOlderThan:
-		return listVersion{}, fmt.Errorf("%w: %s=%q: want %q or %q", ErrInvalidParam, api.ParamRevisionMatch, match,
-			api.RevisionMatchExact, api.RevisionMatchNotOlderThan)
+	case match == MatchUnset:
 	case rev == 0:
 		return listVersion{}, fmt.Errorf("%w: %s needs %s=N", ErrInvalidParam, api.ParamRevisionMatch, api.ParamRevision)
-	case p.has(api.ParamContinue):
+	case cont:
 		return listVersion{}, fmt.Errorf("%w: %s is forbidden with continue (the token carries its revision)",
 			ErrInvalidParam, api.ParamRevisionMatch)
 	}
 	switch {
-	case p.has(api.ParamContinue):
+	case cont:
 		return listVersion{sem: rvContinue}, nil
 	case rev == 0:
 		return listVersion{sem: rvMostRecent}, nil
-	case match == api.RevisionMatchNotOlderThan:
+	case match == MatchNotOlderThan:
 		return listVersion{sem: rvNotOlderThan, rev: rev}, nil
 	}
 	return listVersion{sem: rvExact, rev: rev}, nil

@@ -41,40 +41,26 @@ type listRequest struct {
 // node serves it. Without ?limit= the answer is the whole list or ErrListTooLarge
 // (scanAll): a client that did not ask for pages never gets a partial list.
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) error {
-	req, v, err := s.parseList(r, p)
+	lr, err := parseList(r, p)
 	if err != nil {
-		return err
-	}
-	if req.keys, err = listRights(r.Context(), req.start, req.end); err != nil {
 		return err
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	if v.sem == rvNotOlderThan {
-		if err := s.resolveVersion(ctx, &req, v); err != nil {
-			return err
-		}
-	}
-	pg := listPage{remaining: -1}
-	if req.limit == 0 {
-		pg.kvs, pg.rev, err = s.scanAll(ctx, req)
-	} else {
-		req.count = true
-		pg, err = s.scan(ctx, req)
-	}
+	pg, err := s.List(ctx, callerOf(r), lr)
 	if err != nil {
 		return err
 	}
 	if strings.Contains(r.Header.Get("Accept"), api.ContentTypeBinaryList) {
-		writeBinaryList(w, pg.kvs, pg.rev, pg.cont)
+		writeBinaryList(w, pg.KVs, pg.Revision, pg.Continue)
 		return nil
 	}
-	resp := api.ListResponse{Items: make([]api.KV, 0, len(pg.kvs)), Revision: pg.rev, Continue: pg.cont}
-	for _, kv := range pg.kvs {
+	resp := api.ListResponse{Items: make([]api.KV, 0, len(pg.KVs)), Revision: pg.Revision, Continue: pg.Continue}
+	for _, kv := range pg.KVs {
 		resp.Items = append(resp.Items, toAPI(kv))
 	}
-	if pg.remaining >= 0 {
-		resp.RemainingItemCount = &pg.remaining
+	if pg.Remaining >= 0 {
+		resp.RemainingItemCount = &pg.Remaining
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -216,40 +202,40 @@ func countRest(view *fsm.View, req listRequest, next []byte, rev int64) int64 {
 	return n
 }
 
-// parseList validates the parameters of a list request. A limit absent or 0 leaves
-// req.limit 0: the whole list (scanAll).
-func (s *Server) parseList(r *http.Request, p params) (listRequest, listVersion, error) {
-	var req listRequest
-	prefix := r.PathValue("key")
-	if prefix != "" {
-		if err := s.lim.checkKey(prefix); err != nil {
-			return req, listVersion{}, err
-		}
-		req.start, req.end = []byte(prefix), fsm.PrefixEnd([]byte(prefix))
-	}
+// parseList reads the parameters of a list request into the core's (validated by List).
+func parseList(r *http.Request, p params) (ListRequest, error) {
+	lr := ListRequest{Prefix: r.PathValue("key")}
 	if p.has(api.ParamRaw) {
-		return req, listVersion{}, fmt.Errorf("%w: raw cannot be combined with list=true", ErrInvalidParam)
+		return lr, fmt.Errorf("%w: raw cannot be combined with list=true", ErrInvalidParam)
 	}
-	limit, err := p.int64(api.ParamLimit, 0, 0)
+	var err error
+	if lr.Limit, err = p.int64(api.ParamLimit, 0, 0); err != nil {
+		return lr, err
+	}
+	if lr.Revision, err = p.int64(api.ParamRevision, 0, 0); err != nil {
+		return lr, err
+	}
+	cons, err := p.consistency()
 	if err != nil {
-		return req, listVersion{}, err
+		return lr, err
 	}
-	if limit > int64(s.cfg.MaxListLimit) {
-		return req, listVersion{}, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, limit, s.cfg.MaxListLimit)
+	lr.Serializable = cons == fsm.Serializable
+	lr.Continue = p.get(api.ParamContinue)
+	if p.has(api.ParamContinue) && lr.Continue == "" {
+		return lr, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
 	}
-	req.limit = int(limit)
-	if req.rev, err = p.int64(api.ParamRevision, 0, 0); err != nil {
-		return req, listVersion{}, err
+	if p.has(api.ParamRevisionMatch) {
+		switch match := p.get(api.ParamRevisionMatch); match {
+		case api.RevisionMatchExact:
+			lr.Match = MatchExact
+		case api.RevisionMatchNotOlderThan:
+			lr.Match = MatchNotOlderThan
+		default:
+			return lr, fmt.Errorf("%w: %s=%q: want %q or %q", ErrInvalidParam, api.ParamRevisionMatch, match,
+				api.RevisionMatchExact, api.RevisionMatchNotOlderThan)
+		}
 	}
-	if req.cons, err = p.consistency(); err != nil {
-		return req, listVersion{}, err
-	}
-	req.token = p.get(api.ParamContinue)
-	if p.has(api.ParamContinue) && req.token == "" {
-		return req, listVersion{}, fmt.Errorf("%w: continue is empty", ErrInvalidParam)
-	}
-	v, err := parseRawListVersion(p, req.rev)
-	return req, v, err
+	return lr, nil
 }
 
 // decodeToken authenticates req's continue token and checks it against the request:
