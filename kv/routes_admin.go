@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/buildinfo"
 	"github.com/keel-kv/keel/kv/api"
 )
@@ -19,7 +18,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseParams(r); err != nil {
 		return err
 	}
-	st := s.store.Status()
+	st := s.NodeStatus()
 	resp := api.StatusResponse{
 		NodeID: st.NodeID, Release: buildinfo.Version(), State: fmt.Sprint(st.State), LeaderID: st.LeaderID,
 		LeaderAddr: st.LeaderAddr, Term: st.Term, AppliedIndex: st.AppliedIndex,
@@ -36,17 +35,17 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	view, err := s.store.View(ctx, fsm.Serializable)
+	rev, compact, err := s.Revisions(ctx)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	resp.Revision, resp.CompactRevision = view.Revision(), view.CompactRevision()
+	resp.Revision, resp.CompactRevision = rev, compact
 	resp.ACL = &api.ACLStatus{Default: s.cfg.ACLDefault}
 	if resp.ACL.Default == "" {
 		resp.ACL.Default = ACLAllow
 	}
-	if st, err := s.aclStateNow(ctx); err == nil {
-		resp.ACL.Bootstrapped = st.Bootstrapped()
+	if on, err := s.ACLsEnabled(ctx); err == nil {
+		resp.ACL.Bootstrapped = on
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
