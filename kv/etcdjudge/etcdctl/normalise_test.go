@@ -73,7 +73,9 @@ func (n *normaliser) output(s string) string {
 var (
 	reLeaseHex   = regexp.MustCompile(`lease ([0-9a-f]{16})\b`)
 	reLockKey    = regexp.MustCompile(`(s/(?:lock|elect)[a-z0-9]*/)([0-9a-f]+)\b`)
-	reTook       = regexp.MustCompile(`took = \S+`)
+	reTook       = regexp.MustCompile(`took (= )?[0-9.]+[a-zµ]+`)
+	reLeaseLine  = regexp.MustCompile(`^[0-9a-f]{16}$`) // lease list
+	reAuthRev    = regexp.MustCompile(`^AuthRevision: \d+$`)
 	reRemaining  = regexp.MustCompile(`TTL\((\d+)s\), remaining\((-?\d+)s\)`)
 	reFields     = regexp.MustCompile(`^"(ClusterID|MemberID|Revision|CreateRevision|ModRevision|RaftTerm|Lease)" : (\d+)$`)
 	reAttached   = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
@@ -90,7 +92,11 @@ func (n *normaliser) text(l string) string {
 		sm := reLockKey.FindStringSubmatch(m)
 		return sm[1] + n.hexID(sm[2])
 	})
-	l = reTook.ReplaceAllString(l, "took = DURATION")
+	l = reTook.ReplaceAllString(l, "took ${1}DURATION")
+	if reLeaseLine.MatchString(l) {
+		l = n.hexID(l)
+	}
+	l = reAuthRev.ReplaceAllString(l, "AuthRevision: AUTHREV")
 	l = reRemaining.ReplaceAllStringFunc(l, func(m string) string {
 		sm := reRemaining.FindStringSubmatch(m)
 		return fmt.Sprintf("TTL(%ss), remaining(%s)", sm[1], remaining(sm[1], sm[2]))
@@ -195,7 +201,7 @@ func (n *normaliser) jsonObject(m map[string]any) any {
 		}
 		delete(st, "dbSizeQuota") // keel has no quota: 0, left out of the JSON
 	}
-	if _, ok := m["level"]; ok && m["logger"] == "etcd-client" { // the client's log line
+	if _, ok := m["level"]; ok && m["msg"] != nil { // etcdctl's or its client's log line
 		for k := range m {
 			if k != "level" && k != "msg" && k != "method" && k != "error" {
 				delete(m, k)
@@ -258,6 +264,8 @@ func (n *normaliser) jsonNumber(key string, x json.Number) any {
 		return "INDEX"
 	case "dbSize", "dbSizeInUse", "dbSizeQuota":
 		return "SIZE"
+	case "hash":
+		return "HASH"
 	}
 	return x
 }

@@ -27,6 +27,15 @@ type step struct {
 	lease  string // remember the lease `lease grant` printed under this name
 	// run, when set, is a step of several etcdctl processes (lock, elect).
 	run func(s *session) string
+	// accept, when set, is an accepted difference: keel must answer exactly
+	// accept.keel (normalised), whatever etcd answers.
+	accept *accepted
+}
+
+// accepted is keel's answer to a step where it differs from etcd on purpose, and why
+// (README.md, "Accepted differences").
+type accepted struct {
+	keel, why string
 }
 
 // stepTimeout bounds every etcdctl process.
