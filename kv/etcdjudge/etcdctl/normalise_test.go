@@ -18,11 +18,12 @@ import (
 type normaliser struct {
 	b   *backend
 	w   *writes
+	dir string            // the session's directory (files etcdctl writes)
 	ids map[uint64]string // opaque IDs (cluster, member, lease) by first appearance
 }
 
-func newNormaliser(b *backend, w *writes) *normaliser {
-	return &normaliser{b: b, w: w, ids: map[uint64]string{}}
+func newNormaliser(b *backend, w *writes, dir string) *normaliser {
+	return &normaliser{b: b, w: w, dir: dir, ids: map[uint64]string{}}
 }
 
 // id names an opaque ID by the order it first appeared in the session's output.
@@ -71,22 +72,25 @@ func (n *normaliser) output(s string) string {
 }
 
 var (
-	reLeaseHex   = regexp.MustCompile(`lease ([0-9a-f]{16})\b`)
-	reLockKey    = regexp.MustCompile(`(s/(?:lock|elect)[a-z0-9]*/)([0-9a-f]+)\b`)
-	reTook       = regexp.MustCompile(`took (= )?[0-9.]+[a-zµ]+`)
-	reLeaseLine  = regexp.MustCompile(`^[0-9a-f]{16}$`) // lease list
-	reAuthRev    = regexp.MustCompile(`^AuthRevision: \d+$`)
-	reRemaining  = regexp.MustCompile(`TTL\((\d+)s\), remaining\((-?\d+)s\)`)
-	reFields     = regexp.MustCompile(`^"(ClusterID|MemberID|Revision|CreateRevision|ModRevision|RaftTerm|Lease)" : (\d+)$`)
-	reAttached   = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
-	reCompacted  = regexp.MustCompile(`(compacted revision |rev=)(\d+)`)
-	reMemberRow  = regexp.MustCompile(`^([0-9a-f]+), (started|unstarted), [^,]*, [^,]*, ([^,]*), (true|false)$`)
-	statusFields = 16 // columns of `endpoint status` in etcdctl 3.7's simple and table output
+	reLeaseHex      = regexp.MustCompile(`lease ([0-9a-f]{16})\b`)
+	reLockKey       = regexp.MustCompile(`(s/(?:lock|elect)[a-z0-9]*/)([0-9a-f]+)\b`)
+	reTook          = regexp.MustCompile(`took (= )?[0-9.]+[a-zµ]+`)
+	reLeaseLine     = regexp.MustCompile(`^[0-9a-f]{16}$`)       // lease list
+	reServerVersion = regexp.MustCompile(`^Server version \S+$`) // snapshot save
+	reAuthRev       = regexp.MustCompile(`^AuthRevision: \d+$`)
+	reRemaining     = regexp.MustCompile(`TTL\((\d+)s\), remaining\((-?\d+)s\)`)
+	reFields        = regexp.MustCompile(`^"(ClusterID|MemberID|Revision|CreateRevision|ModRevision|RaftTerm|Lease)" : (\d+)$`)
+	reAttached      = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
+	reCompacted     = regexp.MustCompile(`(compacted revision |rev=)(\d+)`)
+	reMemberRow     = regexp.MustCompile(`^([0-9a-f]+), (started|unstarted), [^,]*, [^,]*, ([^,]*), (true|false)$`)
+	statusFields    = 16 // columns of `endpoint status` in etcdctl 3.7's simple and table output
 )
 
 // text applies the text rules to one line.
 func (n *normaliser) text(l string) string {
 	l = strings.ReplaceAll(l, n.b.addr, "ENDPOINT")
+	l = strings.ReplaceAll(l, n.dir, "DIR")
+	l = reServerVersion.ReplaceAllString(l, "Server version VERSION")
 	l = reLeaseHex.ReplaceAllStringFunc(l, func(m string) string { return "lease " + n.hexID(m[len("lease "):]) })
 	l = reLockKey.ReplaceAllStringFunc(l, func(m string) string {
 		sm := reLockKey.FindStringSubmatch(m)

@@ -57,7 +57,8 @@ func newSession(t *testing.T, b *backend, prefix string) *session {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.stop)
-	return &session{t: t, b: b, w: w, n: newNormaliser(b, w), dir: t.TempDir(), leases: map[string]string{}}
+	dir := t.TempDir()
+	return &session{t: t, b: b, w: w, n: newNormaliser(b, w, dir), dir: dir, leases: map[string]string{}}
 }
 
 // do runs st and returns its normalised output.
