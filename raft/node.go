@@ -47,6 +47,7 @@ type Node struct {
 
 	lead    atomic.Pointer[leaderState] // non-nil while this node leads
 	verify  verifier
+	reads   readBatch // a follower's linearizable reads share forwarded read indexes
 	contact contact
 	members atomic.Pointer[[]Member]
 	// seenCerts: the certificates each peer showed, which RetireServer revokes.
@@ -103,6 +104,7 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store), addr: advertise,
 		ctx: nctx, cancel: cancel, logFailed: make(chan error, 1)}
 	n.verify.n = n
+	n.reads.fetch = n.forwardReadIndex
 	n.mark.dataDir = cfg.DataDir
 	if n.rejoin, err = readRejoin(cfg.DataDir); err != nil {
 		ln.Close()

@@ -49,6 +49,22 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	if addr == "" {
 		return n.leaderReadIndex(ctx)
 	}
+	return n.reads.get(ctx)
+}
+
+// forwardReadIndex asks the leader for a read index on behalf of every read waiting
+// in n.reads (readBatch.fetch), bounded by ApplyTimeout rather than one reader's
+// context; on a node that has just become leader it runs the protocol itself.
+func (n *Node) forwardReadIndex() (uint64, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	addr, err := n.leaderContact()
+	if err != nil {
+		return 0, err
+	}
+	if addr == "" {
+		return n.leaderReadIndex(ctx)
+	}
 	resp, err := n.forward(ctx, addr, rpcReadIndex, nil)
 	if err != nil {
 		return 0, err
