@@ -36,7 +36,7 @@ func (d httpDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	case rt.Range:
 		path += "?list=true"
 	case rt.Put:
-		method, body = http.MethodPut, "v"
+		method, body = http.MethodPut, string(op.PutValue())
 		if op.Lease {
 			path += fmt.Sprintf("?lease=%d", d.f.Lease)
 		}
@@ -80,4 +80,11 @@ func TestHTTPRightsTable(t *testing.T) {
 	gone := f.NewToken(t, rt.Policies[rt.NeedRead].Name)
 	f.DeleteToken(t, gone)
 	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a deleted token")
+}
+
+// TestHTTPRulesTable: the rules table (key limits and UTF-8, the value limit, the
+// reserved prefix, duplicate keys) over the HTTP routes, with every right.
+func TestHTTPRulesTable(t *testing.T) {
+	f := rt.New(t)
+	rt.RunRuleCases(t, f, httpDoor{f})
 }

@@ -55,8 +55,9 @@ func newEtcdDoor(t *testing.T, f *rt.Fixture) *etcdDoor {
 		lease: pb.NewLeaseClient(conn)}
 }
 
-// answer maps the door's error to the table's terms: etcd's permission denied is a
-// 403, its invalid auth token a 401; other errors keep their gRPC code.
+// answer maps the door's error to the tables' terms: etcd's permission denied is a
+// 403, its invalid auth token a 401, its duplicate key a 400 DuplicateKey, its request
+// too large a 413, any other invalid argument a 400; other errors keep their gRPC code.
 func answer(err error) rt.Answer {
 	if err == nil {
 		return rt.Answer{}
@@ -67,6 +68,13 @@ func answer(err error) rt.Answer {
 		return rt.Answer{Code: http.StatusForbidden, Reason: api.ReasonForbidden, Msg: st.Message(), Fixed: true}
 	case status.Convert(rpctypes.ErrGRPCInvalidAuthToken).Message():
 		return rt.Answer{Code: http.StatusUnauthorized, Reason: api.ReasonUnauthorized, Msg: st.Message(), Fixed: true}
+	case status.Convert(rpctypes.ErrGRPCDuplicateKey).Message():
+		return rt.Answer{Code: http.StatusBadRequest, Reason: api.ReasonDuplicateKey, Msg: st.Message(), Fixed: true}
+	case status.Convert(rpctypes.ErrGRPCRequestTooLarge).Message():
+		return rt.Answer{Code: http.StatusRequestEntityTooLarge, Reason: api.ReasonTooLarge, Msg: st.Message(), Fixed: true}
+	}
+	if st.Code() == codes.InvalidArgument { // keel's own refusals keep their message
+		return rt.Answer{Code: http.StatusBadRequest, Reason: api.ReasonBadRequest, Msg: st.Message()}
 	}
 	return rt.Answer{Code: 1000 + int(st.Code()), Reason: st.Code().String(), Msg: st.Message()}
 }
@@ -86,7 +94,7 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	case rt.Range:
 		_, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)})
 	case rt.Put:
-		r := &pb.PutRequest{Key: key, Value: []byte("v")}
+		r := &pb.PutRequest{Key: key, Value: op.PutValue()}
 		if op.Lease {
 			r.Lease = d.f.Lease
 		}
@@ -212,4 +220,13 @@ func TestEtcdRightsTable(t *testing.T) {
 	gone := f.NewToken(t, rt.Policies[rt.NeedRead].Name)
 	f.DeleteToken(t, gone)
 	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a deleted token")
+}
+
+// TestEtcdRulesTable: the rules table (key limits and UTF-8, the value limit, the
+// reserved prefix, duplicate keys) over the etcd API, with every right: etcd's own
+// errors where it has one (duplicate key, request too large, permission denied for
+// the reserved prefix), InvalidArgument with keel's message otherwise.
+func TestEtcdRulesTable(t *testing.T) {
+	f := rt.New(t)
+	rt.RunRuleCases(t, f, newEtcdDoor(t, f))
 }

@@ -77,7 +77,7 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) api.StreamRequest {
 		r.Op, r.Key = api.StreamTxn, nil
 		r.Value = rt.MustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: op.Key, Prefix: true}}})
 	case rt.Put:
-		r.Op, r.Value = api.StreamPut, []byte("v")
+		r.Op, r.Value = api.StreamPut, op.PutValue()
 		if op.Lease {
 			r.HasLease, r.LeaseID = true, d.f.Lease
 		}
@@ -147,4 +147,11 @@ func TestStreamRightsTable(t *testing.T) {
 	f.DeleteToken(t, gone)
 	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a token deleted while the stream is open")
 	rt.RunUnauthorizedCases(t, f, newStreamDoor(f), gone.SecretID, "a deleted token")
+}
+
+// TestStreamRulesTable: the rules table (key limits and UTF-8, the value limit, the
+// reserved prefix, duplicate keys) over the stream protocol, with every right.
+func TestStreamRulesTable(t *testing.T) {
+	f := rt.New(t)
+	rt.RunRuleCases(t, f, newStreamDoor(f))
 }

@@ -1,10 +1,13 @@
-// Package rightstest is the rights table every door of kv is tested against: every
-// client operation keel serves, the right it needs, and the answer a token lacking
-// that right gets, whatever door carries it. The cases are described without a door
-// (Op); each door's test package (HTTP and the stream protocol in kv's, the etcd API
-// in kv/etcdv3's) translates them into its own requests (Door.Do) and runs them
-// (RunRightCases, RunUnauthorizedCases) against one Fixture. A door that adds an
-// operation adds a case here, and every door must then refuse it.
+// Package rightstest holds the tables every door of kv is tested against, each case
+// described without a door (Op); each door's test package (HTTP in kv's, the stream
+// protocol in kv/stream's, the etcd API in kv/etcdv3's) translates them into its own
+// requests (Door.Do) and runs them against one Fixture.
+//
+// The rights table (this file): every client operation keel serves, the right it
+// needs, and the answer a token lacking that right gets (RunRightCases,
+// RunUnauthorizedCases). The rules table (rules.go): the core's other rules, each
+// broken once (RunRuleCases). A door that adds an operation adds a case here, and
+// every door must then refuse it.
 //
 // It is test support only: no production code imports it.
 package rightstest
@@ -46,10 +49,11 @@ const (
 type Op struct {
 	Kind         Kind
 	Key          string
-	Serializable bool  // get
-	Revision     int64 // get: 0 = latest
-	Prefix       bool  // watch
-	Lease        bool  // put: attach to the fixture's lease
+	Serializable bool   // get
+	Revision     int64  // get: 0 = latest
+	Prefix       bool   // watch
+	Lease        bool   // put: attach to the fixture's lease
+	Value        []byte // put: nil = "v"
 	Txn          api.TxnRequest
 }
 
@@ -165,4 +169,12 @@ func RunUnauthorizedCases(t *testing.T, f *Fixture, d Door, secret, what string)
 	if after := f.Store.FSM().Revision(); after != before {
 		t.Errorf("unauthorized operations moved the revision %d → %d", before, after)
 	}
+}
+
+// PutValue is the value a put of op writes.
+func (o Op) PutValue() []byte {
+	if o.Value == nil {
+		return []byte("v")
+	}
+	return o.Value
 }

@@ -1,0 +1,77 @@
+package rightstest
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// The rules table: the core's rules other than rights — key limits and UTF-8, the
+// value limit, keel's reserved prefix, the duplicate-key rule — each broken by one
+// operation that every door carries, sent with every right (Fixture.Mgmt) so that only
+// the rule can refuse it. Each door must refuse each case with the rule's answer and
+// change nothing.
+
+// Rule is the answer a broken rule gets, in HTTP's terms (Answer).
+type Rule struct {
+	Code   int
+	Reason string
+}
+
+var (
+	RuleInvalid   = Rule{http.StatusBadRequest, api.ReasonBadRequest}
+	RuleTooLarge  = Rule{http.StatusRequestEntityTooLarge, api.ReasonTooLarge}
+	RuleReserved  = Rule{http.StatusForbidden, api.ReasonReservedPrefix}
+	RuleDuplicate = Rule{http.StatusBadRequest, api.ReasonDuplicateKey}
+)
+
+// RuleCase is one row of the rules table: Op breaks Rule.
+type RuleCase struct {
+	Name string
+	Rule Rule
+	Op   Op
+}
+
+// reservedKey is a key under keel's own records (versions.SystemPrefix).
+const reservedKey = "\x00keel/rules-table"
+
+// RuleCases is the table, for the default configuration's limits.
+var RuleCases = func() []RuleCase {
+	cfg := kv.DefaultConfig()
+	long := "app/" + strings.Repeat("k", cfg.MaxKeyBytes)
+	put := func(k string) api.Op { return api.Op{Type: api.OpPut, Key: k, Value: []byte("v")} }
+	return []RuleCase{
+		{"put of a key over the limit", RuleInvalid, Op{Kind: Put, Key: long}},
+		{"put of a key that is not UTF-8", RuleInvalid, Op{Kind: Put, Key: "app/\xff"}},
+		{"get of a key that is not UTF-8", RuleInvalid, Op{Kind: Get, Key: "app/\xff"}},
+		{"put of a value over the limit", RuleTooLarge, Op{Kind: Put, Key: Key,
+			Value: bytes.Repeat([]byte("v"), int(cfg.MaxValueBytes)+1)}},
+		{"txn put of a key over the limit", RuleInvalid, Op{Kind: Txn, Txn: api.TxnRequest{
+			Success: []api.Op{put(long)}}}},
+		{"txn put under keel's reserved prefix", RuleReserved, Op{Kind: Txn, Txn: api.TxnRequest{
+			Success: []api.Op{put(reservedKey)}}}},
+		{"txn writing one key twice", RuleDuplicate, Op{Kind: Txn, Txn: api.TxnRequest{
+			Success: []api.Op{put(Other + "d"), put(Other + "d")}}}},
+	}
+}()
+
+// RunRuleCases runs every rule case through d with every right: each is refused with
+// its rule's answer (a door whose answers are fixed, Answer.Fixed, with its code) and
+// nothing changes.
+func RunRuleCases(t *testing.T, f *Fixture, d Door) {
+	t.Helper()
+	before := f.Store.FSM().Revision()
+	for _, c := range RuleCases {
+		a := d.Do(t, f.Mgmt, c.Op)
+		if a.Code != c.Rule.Code || (!a.Fixed && a.Reason != c.Rule.Reason) {
+			t.Errorf("%s: %d %s %q; want %d %s", c.Name, a.Code, a.Reason, a.Msg, c.Rule.Code, c.Rule.Reason)
+		}
+	}
+	if after := f.Store.FSM().Revision(); after != before {
+		t.Errorf("refused operations moved the revision %d → %d", before, after)
+	}
+}
