@@ -10,6 +10,7 @@ import (
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // frame wraps body in a length prefix.
@@ -83,5 +84,43 @@ func TestStreamAnswersOutOfOrder(t *testing.T) {
 	second := readResponse(t, br)
 	if first.ID != 2 || first.Err != nil || string(first.KV.Value) != "v" || second.ID != 1 {
 		t.Fatalf("answers %+v then %+v; want the serializable read (2) first", first, second)
+	}
+}
+
+// TestStreamMetrics: the door's metrics, which kv.Server.EnableMetrics registers once
+// the door is attached, count each stream request by op and status (kills: the
+// collectors not handed to EnableMetrics, or requests not observed once registered).
+func TestStreamMetrics(t *testing.T) {
+	ts := newTestServer(t)
+	reg := prometheus.NewRegistry()
+	if err := ts.srv.EnableMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	conn, br := rawStream(t, ts)
+	sendReq(t, conn, api.StreamRequest{ID: 1, Op: api.StreamPut, Key: []byte("k"), Value: []byte("v")})
+	if r := readResponse(t, br); r.Err != nil {
+		t.Fatalf("put: %+v", r.Err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		if mf.GetName() != "keel_stream_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["op"] == "put" && labels["code"] == "200" {
+				got = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got != 1 {
+		t.Fatalf("keel_stream_requests_total{op=put,code=200} = %v, want 1", got)
 	}
 }
