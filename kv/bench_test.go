@@ -3,11 +3,12 @@ package kv
 import (
 	"bytes"
 	"fmt"
-	"github.com/keel-kv/keel/kv/api"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"testing"
+
+	"github.com/keel-kv/keel/kv/api"
 )
 
 func BenchmarkListPage500(b *testing.B)       { benchmarkListPage(b, 100_000, 500, false) }

@@ -36,8 +36,8 @@ func (s *Server) Put(ctx context.Context, c Caller, key string, value []byte, pr
 	if err := s.lim.checkValue(len(value)); err != nil {
 		return 0, err
 	}
-	if lease < 0 || lease > api.MaxLeaseID {
-		return 0, fmt.Errorf("%w: lease %d above %d", ErrInvalidParam, lease, int64(api.MaxLeaseID))
+	if err := checkLeaseRef(lease); err != nil {
+		return 0, err
 	}
 	return s.putKey(c.context(ctx), key, value, prev, lease)
 }

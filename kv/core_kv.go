@@ -242,6 +242,15 @@ func checkLeaseID(id int64) error {
 	return nil
 }
 
+// checkLeaseRef refuses a lease a key or a grant names (0: none, or a new random ID)
+// that no lease can have.
+func checkLeaseRef(id int64) error {
+	if id == 0 {
+		return nil
+	}
+	return checkLeaseID(id)
+}
+
 // Leases lists the leases c could look up (LeaseTimeToLive).
 func (s *Server) Leases(ctx context.Context, c Caller, cons fsm.Consistency) (api.LeaseListResponse, error) {
 	return s.listLeases(c.context(ctx), cons)

@@ -78,8 +78,8 @@ func (s *Server) grantLease(ctx context.Context, id, ttl int64) (int64, error) {
 	if ttl < api.MinLeaseTTL || ttl > api.MaxLeaseTTL {
 		return 0, fmt.Errorf("lease grant: %w: ttl %d s outside [%d, %d] s", ErrInvalidBody, ttl, api.MinLeaseTTL, api.MaxLeaseTTL)
 	}
-	if id < 0 || id > api.MaxLeaseID {
-		return 0, fmt.Errorf("lease grant: %w: id %d outside [1, %d]", ErrInvalidBody, id, int64(api.MaxLeaseID))
+	if err := checkLeaseRef(id); err != nil {
+		return 0, fmt.Errorf("lease grant: %w", err)
 	}
 	if id == 0 {
 		id = newLeaseID()

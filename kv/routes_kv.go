@@ -99,8 +99,8 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if lease > api.MaxLeaseID {
-		return fmt.Errorf("%w: lease %d above %d", ErrInvalidParam, lease, int64(api.MaxLeaseID))
+	if err := checkLeaseRef(lease); err != nil {
+		return err // before the body, as the rights below
 	}
 	// Rights before the body: a token that may not write the key is refused without
 	// its value being read into memory (only discarded, so the client sees the 403).

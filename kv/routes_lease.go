@@ -26,10 +26,10 @@ func (s *Server) leaseRoutes() {
 func leaseID(r *http.Request) (int64, error) {
 	v := r.PathValue("id")
 	id, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || id < 1 || id > api.MaxLeaseID {
+	if err != nil {
 		return 0, fmt.Errorf("%w: lease ID %q must be an integer in [1, %d]", ErrInvalidParam, v, int64(api.MaxLeaseID))
 	}
-	return id, nil
+	return id, checkLeaseID(id)
 }
 
 // handleLeaseGrant serves POST /v1/leases.

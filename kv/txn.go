@@ -170,8 +170,9 @@ func (l limits) op(op api.Op) (fsm.Op, error) {
 		return fsm.Op{}, fmt.Errorf("%w: limit %d must be in [0, %d]", ErrInvalidBody, op.Limit, l.maxListLimit)
 	case op.Lease != 0 && typ != fsm.OpPut:
 		return fsm.Op{}, fmt.Errorf("%w: only put takes a lease", ErrInvalidBody)
-	case op.Lease < 0 || op.Lease > api.MaxLeaseID:
-		return fsm.Op{}, fmt.Errorf("%w: lease %d must be in [1, %d]", ErrInvalidBody, op.Lease, int64(api.MaxLeaseID))
+	}
+	if err := checkLeaseRef(op.Lease); err != nil {
+		return fsm.Op{}, err
 	}
 	out := fsm.Op{Type: typ, Key: []byte(op.Key), Value: op.Value, Limit: op.Limit, Lease: op.Lease}
 	if err := l.resolveEnd(&out, op); err != nil {

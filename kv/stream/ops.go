@@ -42,9 +42,6 @@ func (c *streamConn) do(req *api.StreamRequest) api.StreamResponse {
 }
 
 func (d *Door) op(ctx context.Context, c kv.Caller, req *api.StreamRequest, resp *api.StreamResponse) error {
-	if (req.Op == api.StreamLeaseKeepAlive || req.Op == api.StreamLeaseRevoke) && req.LeaseID > api.MaxLeaseID {
-		return fmt.Errorf("%w: lease ID %d must be in [1, %d]", kv.ErrInvalidParam, req.LeaseID, int64(api.MaxLeaseID))
-	}
 	switch req.Op {
 	case api.StreamTxn:
 		return d.txn(ctx, c, req, resp)
