@@ -46,6 +46,9 @@ func etcdError(err error) error {
 	if errors.Is(err, errEtcdUnsupported) {
 		return status.Error(codes.InvalidArgument, "etcdserver: "+err.Error())
 	}
+	if errors.Is(err, kv.ErrLastVoter) { // a precondition of the cluster, not a bad request
+		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
+	}
 	return status.Error(grpcCode(kv.WireError(err, true).Code), "etcdserver: "+err.Error())
 }
 

@@ -105,16 +105,12 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	switch err := a.RemoveMember(ctx, id); {
-	case errors.Is(err, kv.ErrNotMember):
-		writeAgentError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("%q is not in the raft configuration", id))
-	case errors.Is(err, kv.ErrLastVoter):
-		writeAgentError(w, http.StatusBadRequest, "BadRequest", "refusing to remove the last voter")
-	case err != nil:
-		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
-	default:
-		writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
+	if err := a.RemoveMember(ctx, id); err != nil {
+		e := kv.WireError(fmt.Errorf("remove %q: %w", id, err), true) // kv's one error table
+		writeAgentError(w, e.Code, e.Reason, e.Message)
+		return
 	}
+	writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
 }
 
 // RemoveMember removes node id from the Raft configuration for good (RetireServer:
