@@ -55,7 +55,7 @@ func (s *Server) List(ctx context.Context, c Caller, r ListRequest) (ListResult,
 	if req.keys, err = listRights(c.context(ctx), req.start, req.end); err != nil {
 		return ListResult{}, err
 	}
-	if v.sem == rvNotOlderThan {
+	if v.Semantics == ListNotOlderThan {
 		if err := s.resolveVersion(ctx, &req, v); err != nil {
 			return ListResult{}, err
 		}
@@ -74,16 +74,16 @@ func (s *Server) List(ctx context.Context, c Caller, r ListRequest) (ListResult,
 }
 
 // listRequest validates r into a scan request and its revision semantics.
-func (s *Server) listRequest(r ListRequest) (listRequest, listVersion, error) {
+func (s *Server) listRequest(r ListRequest) (listRequest, ListVersion, error) {
 	var req listRequest
 	if r.Prefix != "" {
 		if err := s.lim.checkKey(r.Prefix); err != nil {
-			return req, listVersion{}, err
+			return req, ListVersion{}, err
 		}
 		req.start, req.end = []byte(r.Prefix), fsm.PrefixEnd([]byte(r.Prefix))
 	}
 	if r.Limit < 0 || r.Limit > int64(s.cfg.MaxListLimit) {
-		return req, listVersion{}, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, r.Limit, s.cfg.MaxListLimit)
+		return req, ListVersion{}, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, r.Limit, s.cfg.MaxListLimit)
 	}
 	req.limit, req.rev, req.token = int(r.Limit), r.Revision, r.Continue
 	req.cons = fsm.Linearizable

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
@@ -19,99 +18,48 @@ var (
 	ErrTooLargeResourceVersion = errors.New("kv: too large resource version")
 )
 
-// rvSemantics is which revision a list reads: Kubernetes' "semantics for get and
+// ListSemantics is which revision a list reads: Kubernetes' "semantics for get and
 // list" (API concepts, Resource versions), one per cell of its table.
-type rvSemantics int
+type ListSemantics int
 
 const (
-	rvMostRecent   rvSemantics = iota // resourceVersion unset: the latest revision
-	rvAny                             // "0": whatever the answering node has applied
-	rvNotOlderThan                    // N: the node's latest revision, once it is >= N
-	rvExact                           // N: revision N itself (410 once compacted)
-	rvContinue                        // a continue token: the token's revision exactly
+	ListMostRecent   ListSemantics = iota // resourceVersion unset: the latest revision
+	ListAny                               // "0": whatever the answering node has applied
+	ListNotOlderThan                      // N: the node's latest revision, once it is >= N
+	ListExact                             // N: revision N itself (410 once compacted)
+	ListContinue                          // a continue token: the token's revision exactly
 )
 
-// Values of the typed list's resourceVersionMatch (Kubernetes' spelling).
-const (
-	matchExact        = "Exact"
-	matchNotOlderThan = "NotOlderThan"
-)
-
-// listVersion is the parsed revision choice of a list.
-type listVersion struct {
-	sem rvSemantics
-	rev int64 // N of rvNotOlderThan and rvExact
-}
-
-// parseListVersion applies Kubernetes' table to a typed list's resourceVersion (rv,
-// "" = unset), resourceVersionMatch (match, "" = unset), and whether limit and
-// continue are given, with the 400s of its ValidateListOptions and etcd3 store:
-//
-//	match \ rv                 unset        "0"       N
-//	unset, no limit            MostRecent   Any       NotOlderThan
-//	unset, limit               MostRecent   Any       Exact
-//	unset, continue            Continue     Continue  400
-//	Exact                      400          400       Exact
-//	NotOlderThan               400          Any       NotOlderThan
-//	Exact|NotOlderThan + continue: 400
-func parseListVersion(rv, match string, limited, cont bool) (listVersion, error) {
-	if match != "" {
-		switch {
-		case rv == "":
-			return listVersion{}, fmt.Errorf("%w: resourceVersionMatch is forbidden unless resourceVersion is provided", ErrInvalidParam)
-		case cont:
-			return listVersion{}, fmt.Errorf("%w: resourceVersionMatch is forbidden when continue is provided", ErrInvalidParam)
-		case match != matchExact && match != matchNotOlderThan:
-			return listVersion{}, fmt.Errorf("%w: resourceVersionMatch=%q: want %q or %q", ErrInvalidParam, match, matchExact, matchNotOlderThan)
-		case match == matchExact && rv == "0":
-			return listVersion{}, fmt.Errorf("%w: resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"", ErrInvalidParam)
-		}
-	}
-	if cont {
-		if rv != "" && rv != "0" {
-			return listVersion{}, fmt.Errorf("%w: specifying resourceVersion is not allowed when using continue "+
-				"(the token carries its revision)", ErrInvalidParam)
-		}
-		return listVersion{sem: rvContinue}, nil
-	}
-	switch rv {
-	case "":
-		return listVersion{sem: rvMostRecent}, nil
-	case "0":
-		return listVersion{sem: rvAny}, nil
-	}
-	n, err := strconv.ParseInt(rv, 10, 64)
-	if err != nil || n < 1 {
-		return listVersion{}, fmt.Errorf("%w: resourceVersion=%q is not a revision (a positive integer, or \"0\")", ErrInvalidParam, rv)
-	}
-	if match == matchExact || (match == "" && limited) {
-		return listVersion{sem: rvExact, rev: n}, nil
-	}
-	return listVersion{sem: rvNotOlderThan, rev: n}, nil
+// ListVersion is the parsed revision choice of a list: the typed list's
+// resourceVersion and resourceVersionMatch (kv/resources parses Kubernetes' table) or
+// the raw list's revision and revision_match (rawListVersion).
+type ListVersion struct {
+	Semantics ListSemantics
+	Revision  int64 // N of ListNotOlderThan and ListExact
 }
 
 // rawListVersion is the raw list's mapping onto the same semantics: revision=N is
 // Exact unless revision_match=not_older_than; no revision is MostRecent (Any is
 // consistency=serializable, which keeps its own meaning). cont says a continue token
 // is given.
-func rawListVersion(match RevisionMatch, rev int64, cont bool) (listVersion, error) {
+func rawListVersion(match RevisionMatch, rev int64, cont bool) (ListVersion, error) {
 	switch {
 	case match == MatchUnset:
 	case rev == 0:
-		return listVersion{}, fmt.Errorf("%w: %s needs %s=N", ErrInvalidParam, api.ParamRevisionMatch, api.ParamRevision)
+		return ListVersion{}, fmt.Errorf("%w: %s needs %s=N", ErrInvalidParam, api.ParamRevisionMatch, api.ParamRevision)
 	case cont:
-		return listVersion{}, fmt.Errorf("%w: %s is forbidden with continue (the token carries its revision)",
+		return ListVersion{}, fmt.Errorf("%w: %s is forbidden with continue (the token carries its revision)",
 			ErrInvalidParam, api.ParamRevisionMatch)
 	}
 	switch {
 	case cont:
-		return listVersion{sem: rvContinue}, nil
+		return ListVersion{Semantics: ListContinue}, nil
 	case rev == 0:
-		return listVersion{sem: rvMostRecent}, nil
+		return ListVersion{Semantics: ListMostRecent}, nil
 	case match == MatchNotOlderThan:
-		return listVersion{sem: rvNotOlderThan, rev: rev}, nil
+		return ListVersion{Semantics: ListNotOlderThan, Revision: rev}, nil
 	}
-	return listVersion{sem: rvExact, rev: rev}, nil
+	return ListVersion{Semantics: ListExact, Revision: rev}, nil
 }
 
 // resolveVersion fixes req's revision for v. MostRecent and Continue keep req as it is
@@ -121,24 +69,24 @@ func rawListVersion(match RevisionMatch, rev int64, cont bool) (listVersion, err
 // revision beyond the cluster's is ErrTooLargeResourceVersion. Unlike Kubernetes'
 // watch cache keel does not wait for it: the linearizable view already holds every
 // write acknowledged so far, so N is not a revision anyone was told of.
-func (s *Server) resolveVersion(ctx context.Context, req *listRequest, v listVersion) error {
-	switch v.sem {
-	case rvAny:
+func (s *Server) resolveVersion(ctx context.Context, req *listRequest, v ListVersion) error {
+	switch v.Semantics {
+	case ListAny:
 		req.cons = fsm.Serializable
 		return nil
-	case rvNotOlderThan, rvExact:
+	case ListNotOlderThan, ListExact:
 	default:
 		return nil
 	}
-	view, err := s.viewAt(ctx, fsm.Linearizable, v.rev)
+	view, err := s.viewAt(ctx, fsm.Linearizable, v.Revision)
 	if err != nil {
 		return err
 	}
-	if view.Revision() < v.rev {
-		return fmt.Errorf("%w: Too large resource version: %d, current: %d", ErrTooLargeResourceVersion, v.rev, view.Revision())
+	if view.Revision() < v.Revision {
+		return fmt.Errorf("%w: Too large resource version: %d, current: %d", ErrTooLargeResourceVersion, v.Revision, view.Revision())
 	}
-	req.rev, req.cons = v.rev, fsm.Serializable
-	if v.sem == rvNotOlderThan {
+	req.rev, req.cons = v.Revision, fsm.Serializable
+	if v.Semantics == ListNotOlderThan {
 		req.rev = view.Revision() // the newest this node has; the scan's own view has it too
 	}
 	return nil

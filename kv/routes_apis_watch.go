@@ -229,17 +229,17 @@ func (s *Server) keyWatchAt(view *fsm.View, q resourceReq, from int64) (*keyWatc
 	if k == nil {
 		return nil, nil
 	}
-	ks, err := keyStateAt(view, q, 0)
+	rec, err := versions.ReadKeyPhaseAt(view, k.Name, 0)
 	if err != nil {
 		return nil, err
 	}
-	km := &keyWatch{k: k, listNew: ks.plan.ListNew(), rev: ks.rec.Revision}
+	km := &keyWatch{k: k, listNew: versions.Plan(rec).ListNew(), rev: rec.Revision}
 	if from > 0 && from < km.rev {
-		then, err := keyStateAt(view, q, from)
+		then, err := versions.ReadKeyPhaseAt(view, k.Name, from)
 		if err != nil {
 			return nil, err
 		}
-		if then.plan.ListNew() != km.listNew {
+		if versions.Plan(then).ListNew() != km.listNew {
 			return nil, km.expired(from, km.rev)
 		}
 	}
@@ -373,7 +373,7 @@ func (km *keyWatch) toOld(kv fsm.KeyValue) (fsm.KeyValue, error) {
 // object writes kv as an event of type typ, or an ERROR event naming it when it
 // cannot be presented in the watch's version. It does not flush.
 func (ws *typedWatchStream) object(typ string, kv fsm.KeyValue, enc string) error {
-	obj, err := present(ws.q, kv, enc)
+	obj, err := ws.q.r.Present(kv, ws.q.version, enc)
 	if err != nil {
 		return ws.errorEvent(err, string(bytes.TrimPrefix(kv.Key, []byte(ws.q.r.Prefix))), kv.ModRevision)
 	}
@@ -387,7 +387,7 @@ func (ws *typedWatchStream) deleted(ev *fsm.Event, enc string) error {
 	obj := map[string]any{"apiVersion": ws.q.apiVersion(), "metadata": map[string]any{"name": name}}
 	if ev.PrevKV != nil {
 		var err error
-		if obj, err = present(ws.q, *ev.PrevKV, enc); err != nil {
+		if obj, err = ws.q.r.Present(*ev.PrevKV, ws.q.version, enc); err != nil {
 			return ws.errorEvent(err, name, ev.KV.ModRevision)
 		}
 	}

@@ -161,7 +161,7 @@ func TestTypedWatchEnd(t *testing.T) {
 	req.SetPathValue("group", "apps")
 	req.SetPathValue("version", "v1")
 	req.SetPathValue("resource", "widgets")
-	q, err := ts.srv.resourceRequest(req, false)
+	q, err := ts.srv.resourceRequest(req)
 	if err != nil {
 		t.Fatal(err)
 	}

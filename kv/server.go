@@ -35,6 +35,8 @@ type Server struct {
 
 	// resources serves /apis; nil until SetResources (no schema: /apis is empty).
 	resources atomic.Pointer[Resources]
+	// objects is the typed layer the /apis routes call; nil until SetObjectAPI.
+	objects atomic.Pointer[ObjectAPI]
 	// operator does the node's operator actions (operator.go); nil until SetOperator.
 	operator atomic.Pointer[Operator]
 

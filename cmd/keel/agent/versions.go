@@ -13,6 +13,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/resources"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
@@ -45,7 +46,7 @@ func (a *Agent) startVersions(ctx context.Context) error {
 	}
 	a.versions = m
 	a.versionsMetrics.Store(m)
-	a.server.SetResources(m)
+	resources.Attach(a.server, m)
 	a.server.AddReadyCheck("storage-versions", m.Ready)
 	a.server.AddReadyCheck("key-migrations", a.keyMigrationsReady)
 	m.Open(ctx)

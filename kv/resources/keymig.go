@@ -1,4 +1,4 @@
-package kv
+package resources
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/versions"
 )
@@ -21,7 +22,7 @@ import (
 
 // errPhaseChanged: the key migration's phase record changed between a request's read
 // and its write; the request is retried under the new phase.
-var errPhaseChanged = errors.New("kv: key migration phase changed during the write")
+var errPhaseChanged = errors.New("resources: key migration phase changed during the write")
 
 // keyState is the key migration state of one typed request, from one view.
 type keyState struct {
@@ -31,7 +32,7 @@ type keyState struct {
 }
 
 // keyStateAt reads the phase of q's key migration at rev (0: the view's latest).
-func keyStateAt(view *fsm.View, q resourceReq, rev int64) (keyState, error) {
+func keyStateAt(view *fsm.View, q request, rev int64) (keyState, error) {
 	ks := keyState{k: q.r.KeyMigration, plan: versions.KeyPlan{WriteOld: true}}
 	if ks.k == nil {
 		return ks, nil
@@ -54,7 +55,7 @@ type located struct {
 }
 
 // locate reads q's object from view as ks's phase reads it (at rev; 0 = latest).
-func (ks keyState) locate(view *fsm.View, q resourceReq, rev int64) (located, error) {
+func (ks keyState) locate(view *fsm.View, q request, rev int64) (located, error) {
 	var l located
 	get := func(key []byte) (fsm.KeyValue, bool, error) {
 		kv, err := view.Get(key, rev)
@@ -102,9 +103,9 @@ func (ks keyState) matches(l located, rev int64) bool {
 // guard adds to txn the compares that make it hold only under ks's phase and only if
 // the object is still what l read: the phase record's mod revision, and the mod
 // revision of every key the read looked at.
-func (ks keyState) guard(txn *fsm.Txn, q resourceReq, l located) {
+func (ks keyState) guard(txn *fsm.Txn, q request, l located) {
 	if ks.k == nil {
-		guardModRevision(txn, string(q.key()), l.cur.ModRevision)
+		guardModRevision(txn, q.key(), l.cur.ModRevision)
 		return
 	}
 	cmp := func(key []byte, rev int64) {
@@ -122,7 +123,7 @@ func (ks keyState) guard(txn *fsm.Txn, q resourceReq, l located) {
 
 // writeOps are the ops of a put of value (in the old key's form) under ks's phase, and
 // the key the phase reads back from (the last op is a get of it).
-func (ks keyState) writeOps(q resourceReq, value []byte, tag string) ([]fsm.Op, error) {
+func (ks keyState) writeOps(q request, value []byte, tag string) ([]fsm.Op, error) {
 	var ops []fsm.Op
 	if ks.plan.WriteOld {
 		ops = append(ops, fsm.Op{Type: fsm.OpPut, Key: q.key(), Value: value, Encoding: tag})
@@ -131,7 +132,7 @@ func (ks keyState) writeOps(q resourceReq, value []byte, tag string) ([]fsm.Op, 
 	if ks.k != nil && ks.plan.WriteNew {
 		nv, err := ks.k.ToNew(value)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidBody, err)
+			return nil, fmt.Errorf("%w: %w", kv.ErrInvalidBody, err)
 		}
 		ops = append(ops, fsm.Op{Type: fsm.OpPut, Key: ks.k.NewKey(q.key()), Value: nv, Encoding: tag})
 	}
@@ -142,7 +143,7 @@ func (ks keyState) writeOps(q resourceReq, value []byte, tag string) ([]fsm.Op, 
 }
 
 // deleteOps are the deletes of q's object under ks's phase.
-func (ks keyState) deleteOps(q resourceReq) []fsm.Op {
+func (ks keyState) deleteOps(q request) []fsm.Op {
 	var ops []fsm.Op
 	if ks.plan.WriteOld {
 		ops = append(ops, fsm.Op{Type: fsm.OpDelete, Key: q.key()})
@@ -154,7 +155,7 @@ func (ks keyState) deleteOps(q resourceReq) []fsm.Op {
 }
 
 // readBack turns the stored entry a write's last op read back into the old key's form.
-func (ks keyState) readBack(q resourceReq, kv fsm.KeyValue) (fsm.KeyValue, error) {
+func (ks keyState) readBack(q request, kv fsm.KeyValue) (fsm.KeyValue, error) {
 	if ks.k == nil || !ks.plan.ReadNew {
 		return kv, nil
 	}
@@ -168,11 +169,11 @@ func (ks keyState) readBack(q resourceReq, kv fsm.KeyValue) (fsm.KeyValue, error
 
 // phaseMoved tells a failed transaction's cause: errPhaseChanged when the phase record
 // is no longer the one ks read, nil otherwise (the object changed).
-func (s *Server) phaseMoved(ctx context.Context, q resourceReq, ks keyState) error {
+func (l *Layer) phaseMoved(ctx context.Context, c kv.Caller, q request, ks keyState) error {
 	if ks.k == nil {
 		return nil
 	}
-	view, err := s.viewAt(ctx, fsm.Linearizable, 0)
+	view, err := l.view(ctx, c, q, fsm.Linearizable, 0)
 	if err != nil {
 		return err
 	}
@@ -188,8 +189,8 @@ func (s *Server) phaseMoved(ctx context.Context, q resourceReq, ks keyState) err
 
 // deleteObject deletes q's object under the phase of the view it reads (rev > 0: only
 // if that is the object's revision). It returns the transaction's revision.
-func (s *Server) deleteObject(ctx context.Context, q resourceReq, rev int64) (int64, error) {
-	view, err := s.viewAt(ctx, fsm.Linearizable, 0)
+func (l *Layer) deleteObject(ctx context.Context, c kv.Caller, q request, rev int64) (int64, error) {
+	view, err := l.view(ctx, c, q, fsm.Linearizable, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -197,26 +198,26 @@ func (s *Server) deleteObject(ctx context.Context, q resourceReq, rev int64) (in
 	if err != nil {
 		return 0, err
 	}
-	l, err := ks.locate(view, q, 0)
+	loc, err := ks.locate(view, q, 0)
 	if err != nil {
 		return 0, err
 	}
-	if !l.found {
+	if !loc.found {
 		return 0, fmt.Errorf("%s %q: %w", q.r.Key(), q.name, fsm.ErrKeyNotFound)
 	}
-	if rev > 0 && !ks.matches(l, rev) {
+	if rev > 0 && !ks.matches(loc, rev) {
 		return 0, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
-			ErrConflict, q.r.Key(), q.name, rev)
+			kv.ErrConflict, q.r.Key(), q.name, rev)
 	}
 	txn := &fsm.Txn{Success: ks.deleteOps(q)}
-	ks.guard(txn, q, l)
+	ks.guard(txn, q, loc)
 	txn.Failure = nil
-	res, err := s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	res, err := l.txn(ctx, c, q, txn)
 	if err != nil {
 		return 0, fmt.Errorf("delete %s %q: %w", q.r.Key(), q.name, err)
 	}
 	if !res.Succeeded {
-		if err := s.phaseMoved(ctx, q, ks); err != nil {
+		if err := l.phaseMoved(ctx, c, q, ks); err != nil {
 			return 0, err
 		}
 		return 0, errObjectChanged
@@ -226,23 +227,19 @@ func (s *Server) deleteObject(ctx context.Context, q resourceReq, rev int64) (in
 
 // listRange is the key range a typed list scans under the phase, and whether it reads
 // from the new range; a continue token names its own range (the phase of its revision).
-func (s *Server) listRange(ctx context.Context, q resourceReq, token string) (prefix []byte, isNew bool, err error) {
+func (l *Layer) listRange(ctx context.Context, c kv.Caller, q request, token string) (prefix []byte, isNew bool, err error) {
 	k := q.r.KeyMigration
 	if k == nil {
 		return []byte(q.r.Prefix), false, nil
 	}
 	if token != "" {
-		codec, err := s.tokenCodec(ctx)
+		start, err := l.core.ContinueStart(ctx, token)
 		if err != nil {
 			return nil, false, err
 		}
-		tok, err := codec.Decode(token)
-		if err != nil {
-			return nil, false, err
-		}
-		isNew = bytes.Equal(tok.Start, []byte(k.To))
+		isNew = bytes.Equal(start, []byte(k.To))
 	} else {
-		view, err := s.viewAt(ctx, fsm.Serializable, 0)
+		view, err := l.view(ctx, c, q, fsm.Serializable, 0)
 		if err != nil {
 			return nil, false, err
 		}
@@ -261,12 +258,12 @@ func (s *Server) listRange(ctx context.Context, q resourceReq, token string) (pr
 // overlay turns a page of a typed list into the objects the phase of its revision rev
 // reads: from the new range, each converted to the old key's form; from the old range
 // in phases 2 and 3, each replaced by its new key when that exists at rev.
-func (s *Server) overlay(ctx context.Context, q resourceReq, kvs []fsm.KeyValue, rev int64, isNew bool) ([]fsm.KeyValue, error) {
+func (l *Layer) overlay(ctx context.Context, c kv.Caller, q request, kvs []fsm.KeyValue, rev int64, isNew bool) ([]fsm.KeyValue, error) {
 	k := q.r.KeyMigration
 	if k == nil || len(kvs) == 0 {
 		return kvs, nil
 	}
-	view, err := s.viewAt(ctx, fsm.Linearizable, rev)
+	view, err := l.view(ctx, c, q, fsm.Linearizable, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -302,4 +299,20 @@ func (s *Server) overlay(ctx context.Context, q resourceReq, kvs []fsm.KeyValue,
 		out = append(out, kv)
 	}
 	return out, nil
+}
+
+// txn applies txn to q's resource for c: the core checks the write right and that
+// every key written is the resource's (its prefix, or its key migration's new one).
+func (l *Layer) txn(ctx context.Context, c kv.Caller, q request, txn *fsm.Txn) (*fsm.Result, error) {
+	prefixes := []string{q.r.Prefix}
+	if k := q.r.KeyMigration; k != nil {
+		prefixes = append(prefixes, k.To)
+	}
+	return l.core.ResourceTxn(ctx, c, q.r.Group, q.r.Name, prefixes, txn)
+}
+
+// guardModRevision makes txn hold only while key's mod revision is rev (0: absent).
+func guardModRevision(txn *fsm.Txn, key []byte, rev int64) {
+	txn.Compares = []fsm.Compare{{Key: key, Target: fsm.TargetModRevision, Result: fsm.CompareEqual, Int: rev}}
+	txn.Failure = []fsm.Op{{Type: fsm.OpGet, Key: key}}
 }

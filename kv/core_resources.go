@@ -1,0 +1,195 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
+)
+
+// The core's side of the typed resource API. The typed layer (package kv/resources)
+// speaks objects: it resolves a resource in the schema, converts between versions,
+// follows key migrations and prepares writes in the storage version. It reaches the
+// store only through the methods below, which check the caller's right on the
+// resource (the ACL engine's resource rights), the value limit and the list bounds —
+// each rule once, here. The typed keys are reserved (reserved.go): the KV API may not
+// write them, these methods may and only these.
+
+// ObjectRef names a typed object, or a list of them when Name is "":
+// /apis/{Group}/{Version}/{Resource}[/{Name}].
+type ObjectRef struct {
+	Group, Version, Resource, Name string
+}
+
+// ObjectListOptions are a typed list's parameters, as the request gave them.
+type ObjectListOptions struct {
+	Limit                int64 // 0: no limit (the whole list, or ErrListTooLarge)
+	Continue             string
+	HasContinue          bool // continue= was given (an empty one is refused)
+	ResourceVersion      string
+	ResourceVersionMatch string
+	Consistency          fsm.Consistency
+	HasConsistency       bool // consistency= was given (it makes "0" mean most recent)
+}
+
+// ObjectList is one answer of a typed list: the objects presented in the list's
+// version, those that could not be (each with why) and the list's revision, continue
+// token and remaining item count (-1: unknown).
+type ObjectList struct {
+	APIVersion string
+	Items      []map[string]any
+	Failed     []ObjectError
+	Revision   int64
+	Continue   string
+	Remaining  int64
+}
+
+// ObjectError is one object a list or watch cannot present (stored in a version this
+// node cannot decode, garbled, not convertible): the others are still answered.
+type ObjectError struct {
+	Name     string
+	Revision int64
+	Err      error
+}
+
+// ObjectAPI is the typed layer the /apis routes call (kv/resources.Layer, attached
+// with SetObjectAPI): each method takes the caller and returns objects and the
+// core's typed errors; the route only decodes and encodes.
+type ObjectAPI interface {
+	Get(ctx context.Context, c Caller, ref ObjectRef, cons fsm.Consistency) (map[string]any, error)
+	List(ctx context.Context, c Caller, ref ObjectRef, opts ObjectListOptions) (*ObjectList, error)
+	// Put stores body as ref's object; created says it did not exist.
+	Put(ctx context.Context, c Caller, ref ObjectRef, body []byte, force bool) (obj map[string]any, created bool, err error)
+	// Delete deletes ref's object (rev > 0: only at that revision) and returns the
+	// revision of the delete.
+	Delete(ctx context.Context, c Caller, ref ObjectRef, rev int64) (int64, error)
+}
+
+// SetObjectAPI makes o serve the typed routes under /apis (before serving).
+func (s *Server) SetObjectAPI(o ObjectAPI) { s.objects.Store(&o) }
+
+// objectAPI is the attached typed layer, nil before SetObjectAPI.
+func (s *Server) objectAPI() ObjectAPI {
+	if p := s.objects.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Resources is the node's storage-version manager (SetResources), nil when no schema
+// is loaded.
+func (s *Server) Resources() Resources {
+	if p := s.resources.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ResourceRight is nil when c may read (write: change) the objects of
+// group/resource, ErrForbidden otherwise.
+func (s *Server) ResourceRight(c Caller, group, resource string, write bool) error {
+	if c.az != nil && !c.az.Resource(group, resource, write) {
+		return acl.ForbiddenResource(group, resource, write)
+	}
+	return nil
+}
+
+// ResourceView is a view of the store for reading group/resource's objects at rev (0:
+// the latest) with consistency cons, for a caller with the read right.
+func (s *Server) ResourceView(ctx context.Context, c Caller, group, resource string, cons fsm.Consistency, rev int64) (*fsm.View, error) {
+	if err := s.ResourceRight(c, group, resource, false); err != nil {
+		return nil, err
+	}
+	return s.viewAt(ctx, cons, rev)
+}
+
+// ResourceListRequest is one page (or, Limit 0, the whole) of a typed list's scan of
+// the keys under Prefix.
+type ResourceListRequest struct {
+	Group, Resource string
+	Prefix          []byte
+	Limit           int64 // capped at Config.MaxListLimit; 0 = everything
+	Token           string
+	Consistency     fsm.Consistency
+	Version         ListVersion
+}
+
+// ResourcePage is what ResourceList read.
+type ResourcePage struct {
+	KVs       []fsm.KeyValue
+	Revision  int64
+	Continue  string
+	Remaining int64 // -1: unknown
+}
+
+// ResourceList scans r's keys for a caller with the read right: the revision fixed by
+// r.Version (resolveVersion: ErrTooLargeResourceVersion past the cluster's), pages
+// resumed by continue tokens any node accepts, and a list without a limit bounded by
+// Config.MaxListLimit and MaxListBytes (ErrListTooLarge).
+func (s *Server) ResourceList(ctx context.Context, c Caller, r ResourceListRequest) (ResourcePage, error) {
+	if err := s.ResourceRight(c, r.Group, r.Resource, false); err != nil {
+		return ResourcePage{}, err
+	}
+	req := listRequest{start: r.Prefix, end: fsm.PrefixEnd(r.Prefix), token: r.Token, cons: r.Consistency,
+		limit: int(min(r.Limit, int64(s.cfg.MaxListLimit))), count: r.Limit > 0}
+	if err := s.resolveVersion(ctx, &req, r.Version); err != nil {
+		return ResourcePage{}, err
+	}
+	pg := listPage{remaining: -1}
+	var err error
+	if r.Limit == 0 {
+		pg.kvs, pg.rev, err = s.scanAll(ctx, req)
+	} else {
+		pg, err = s.scan(ctx, req)
+	}
+	if err != nil {
+		return ResourcePage{}, err
+	}
+	return ResourcePage{KVs: pg.kvs, Revision: pg.rev, Continue: pg.cont, Remaining: pg.remaining}, nil
+}
+
+// ContinueStart is the start of the range a continue token was issued for
+// (ErrInvalidContinueToken when it is not one of this cluster's).
+func (s *Server) ContinueStart(ctx context.Context, token string) ([]byte, error) {
+	codec, err := s.tokenCodec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := codec.Decode(token)
+	if err != nil {
+		return nil, err
+	}
+	return tok.Start, nil
+}
+
+// CheckObjectSize refuses (ErrTooLarge) a stored object of n bytes beyond
+// Config.MaxValueBytes.
+func (s *Server) CheckObjectSize(n int) error { return s.lim.checkValue(n) }
+
+// ResourceTxn applies txn, a write of group/resource's objects, for a caller with the
+// write right. Every key it writes must lie under one of prefixes (the resource's
+// ranges): the typed layer never writes beyond its resource.
+func (s *Server) ResourceTxn(ctx context.Context, c Caller, group, resource string, prefixes []string, txn *fsm.Txn) (*fsm.Result, error) {
+	if err := s.ResourceRight(c, group, resource, true); err != nil {
+		return nil, err
+	}
+	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			if op.Type != fsm.OpGet && !underAny(op.Key, prefixes) {
+				return nil, fmt.Errorf("%w: key %q is not one of resource %s/%s's", ErrReservedPrefix, op.Key, group, resource)
+			}
+		}
+	}
+	return s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+}
+
+// underAny reports whether key starts with one of prefixes.
+func underAny(key []byte, prefixes []string) bool {
+	for _, p := range prefixes {
+		if len(p) > 0 && len(key) >= len(p) && string(key[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
