@@ -1,11 +1,14 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/acl"
+	"github.com/keel-kv/keel/versions"
 )
 
 // The core's side of the typed resource API. The typed layer (package kv/resources)
@@ -64,6 +67,58 @@ type ObjectAPI interface {
 	// Delete deletes ref's object (rev > 0: only at that revision) and returns the
 	// revision of the delete.
 	Delete(ctx context.Context, c Caller, ref ObjectRef, rev int64) (int64, error)
+	// Watch opens a typed watch of ref's resource; the door pumps it and writes the
+	// events it returns.
+	Watch(ctx context.Context, c Caller, ref ObjectRef, opts ObjectWatchOptions) (ObjectWatch, error)
+}
+
+// ObjectWatchOptions are a typed watch's parameters.
+type ObjectWatchOptions struct {
+	// ResourceVersion R: the events after R (replayed from history; 410 once
+	// compacted). 0: the objects that exist now as ADDED events, then the changes.
+	ResourceVersion int64
+	Consistency     fsm.Consistency // of the state the watch starts from
+}
+
+// Types of a typed watch event (Kubernetes' watch.EventType).
+const (
+	ObjectAdded    = "ADDED"
+	ObjectModified = "MODIFIED"
+	ObjectDeleted  = "DELETED"
+	ObjectBookmark = "BOOKMARK"
+	ObjectFailed   = "ERROR"
+)
+
+// ObjectEvent is one event of a typed watch: an object (ADDED, MODIFIED, DELETED: the
+// object as it was, at the delete's revision; BOOKMARK: only metadata.revision), or,
+// with Failed set, an object the watch cannot present (ERROR; the watch goes on).
+type ObjectEvent struct {
+	Type   string
+	Object map[string]any
+	Failed *ObjectError
+}
+
+// ObjectWatch is an open typed watch. The door reads Watcher (fsm's: Next, Bookmark),
+// turns each batch into events with Events and each idle bookmark with Bookmark, asks
+// RightsLost before each write, and ends the stream with the error either returns.
+// Close ends it and gives back its watch slot. Not safe for concurrent use.
+type ObjectWatch interface {
+	Watcher() *fsm.Watcher
+	// Revision is the revision of the state the watch started from.
+	Revision() int64
+	// Group and Kind name the resource, for the door's end event.
+	Group() string
+	Kind() string
+	// Initial are the ADDED events of the objects at Revision (ResourceVersion 0).
+	Initial() []ObjectEvent
+	// Events are groups' events; a non-nil error ends the watch after them (a key
+	// migration switched the range the watch reads: fsm.WatchError, 410).
+	Events(groups []*fsm.RevisionEvents) ([]ObjectEvent, error)
+	// Bookmark is the BOOKMARK event at rev, or the error that ends an idle watch.
+	Bookmark(rev int64) (ObjectEvent, error)
+	// RightsLost fails once the caller's token may no longer read the resource.
+	RightsLost() error
+	Close()
 }
 
 // SetObjectAPI makes o serve the typed routes under /apis (before serving).
@@ -96,7 +151,9 @@ func (s *Server) ResourceRight(c Caller, group, resource string, write bool) err
 }
 
 // ResourceView is a view of the store for reading group/resource's objects at rev (0:
-// the latest) with consistency cons, for a caller with the read right.
+// the latest) with consistency cons, for a caller with the read right. The view holds
+// the whole state: its user (the typed layer) reads only the resource's keys and its
+// key migration's phase record from it.
 func (s *Server) ResourceView(ctx context.Context, c Caller, group, resource string, cons fsm.Consistency, rev int64) (*fsm.View, error) {
 	if err := s.ResourceRight(c, group, resource, false); err != nil {
 		return nil, err
@@ -168,10 +225,14 @@ func (s *Server) ContinueStart(ctx context.Context, token string) ([]byte, error
 func (s *Server) CheckObjectSize(n int) error { return s.lim.checkValue(n) }
 
 // ResourceTxn applies txn, a write of group/resource's objects, for a caller with the
-// write right. Every key it writes must lie under one of prefixes (the resource's
-// ranges): the typed layer never writes beyond its resource.
-func (s *Server) ResourceTxn(ctx context.Context, c Caller, group, resource string, prefixes []string, txn *fsm.Txn) (*fsm.Result, error) {
+// write right. Every key it writes must be the resource's (resourcePrefixes): a write
+// through the typed API never reaches beyond its resource.
+func (s *Server) ResourceTxn(ctx context.Context, c Caller, group, resource string, txn *fsm.Txn) (*fsm.Result, error) {
 	if err := s.ResourceRight(c, group, resource, true); err != nil {
+		return nil, err
+	}
+	prefixes, err := s.resourcePrefixes(group, resource)
+	if err != nil {
 		return nil, err
 	}
 	for _, ops := range [][]fsm.Op{txn.Success, txn.Failure} {
@@ -184,6 +245,24 @@ func (s *Server) ResourceTxn(ctx context.Context, c Caller, group, resource stri
 	return s.apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
 }
 
+// resourcePrefixes are the key prefixes group/resource's objects live under in the
+// node's schema: its prefix, and its key migration's new one.
+func (s *Server) resourcePrefixes(group, resource string) ([]string, error) {
+	res := s.Resources()
+	var r *versions.Resource
+	if res != nil {
+		r = res.Schema().Lookup(group, resource)
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: no resource %s/%s in this node's schema", ErrNoRoute, group, resource)
+	}
+	prefixes := []string{r.Prefix}
+	if r.KeyMigration != nil {
+		prefixes = append(prefixes, r.KeyMigration.To)
+	}
+	return prefixes, nil
+}
+
 // underAny reports whether key starts with one of prefixes.
 func underAny(key []byte, prefixes []string) bool {
 	for _, p := range prefixes {
@@ -192,4 +271,53 @@ func underAny(key []byte, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// ResourceWatch opens a watch of opts's range, all of one of group/resource's
+// prefixes (resourcePrefixes), for a caller with the read right, taking a watch slot
+// (the node's and the token's bounds, ErrTooManyWatches): closing it with the
+// returned func gives the slot back.
+func (s *Server) ResourceWatch(ctx context.Context, c Caller, group, resource string, opts fsm.WatchOptions) (*fsm.Watcher, func(), error) {
+	if err := s.ResourceRight(c, group, resource, false); err != nil {
+		return nil, nil, err
+	}
+	prefixes, err := s.resourcePrefixes(group, resource)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.Contains(prefixes, string(opts.Key)) || !bytes.Equal(opts.End, fsm.PrefixEnd(opts.Key)) {
+		return nil, nil, fmt.Errorf("%w: a watch of [%q, %q) is not one of resource %s/%s's ranges",
+			ErrForbidden, opts.Key, opts.End, group, resource)
+	}
+	release, err := s.acquireWatch(c.context(ctx))
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Buffer = s.cfg.WatchBuffer
+	w, err := s.store.Watch(opts)
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("watch %s/%s: %w", group, resource, err)
+	}
+	return w, func() { w.Close(); release() }, nil
+}
+
+// ResourceRightsLost returns, for a long-lived read of group/resource by c, a check
+// that fails once c's token is deleted (ErrUnauthorized) or no longer holds the read
+// right on the resource (ErrForbidden); nil when c's rights are not checked. A typed
+// watch runs it before each write.
+func (s *Server) ResourceRightsLost(c Caller, group, resource string) func() error {
+	if c.az == nil {
+		return nil
+	}
+	return func() error {
+		cur, err := s.current(c.az)
+		if err != nil {
+			return err
+		}
+		if !cur.Resource(group, resource, false) {
+			return fmt.Errorf("%w: the token no longer has the read right on resource %s/%s", ErrForbidden, group, resource)
+		}
+		return nil
+	}
 }

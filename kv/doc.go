@@ -34,4 +34,12 @@
 // Every right decision is the ACL engine's, package kv/acl: kv authenticates a request
 // (acl_routes.go), keeps the node's current acl.State, writes the ACL records
 // (routes_acl.go), and asks an *acl.Authorizer; it never decides a right itself.
+//
+// The typed resource API (objects under /apis) is package kv/resources, a layer over
+// the core: it owns the schema lookup, conversions, storage-version write filter,
+// KEP-365 list versions and key-migration overlays, and reaches the store only
+// through the core's resource methods (core_resources.go: the caller's resource
+// right, the value and list bounds, the resource's own key ranges). The /apis routes
+// (routes_apis*.go) call it through ObjectAPI (attached with resources.Attach) and
+// only decode and encode.
 package kv

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/keel-kv/keel/versions"
@@ -40,11 +39,10 @@ func (s *Server) apiRoutes() {
 	})
 }
 
-// The /apis routes only translate: each decodes its request into a kv.ObjectRef and
+// The /apis routes only translate: each decodes its request into an ObjectRef and
 // options, calls the typed layer (ObjectAPI, package kv/resources) and encodes what it
-// returns. The layer decides everything about objects; the core (core_resources.go)
-// checks the rights and limits. The typed watch still runs here
-// (routes_apis_watch.go) until it moves to the layer.
+// returns (the typed watch's door is routes_apis_watch.go). The layer decides
+// everything about objects; the core (core_resources.go) checks the rights and limits.
 
 // objectRef is the typed object or list r's path names.
 func objectRef(r *http.Request) ObjectRef {
@@ -59,36 +57,6 @@ func (s *Server) objectLayer() (ObjectAPI, error) {
 		return nil, fmt.Errorf("%w: no schema is loaded (start the agent with -schema FILE)", ErrNoRoute)
 	}
 	return o, nil
-}
-
-// resourceReq is a validated resource request of a typed watch: which resource, in
-// which version.
-type resourceReq struct {
-	res     Resources
-	r       *versions.Resource
-	version string
-	name    string
-}
-
-func (q resourceReq) key() []byte        { return []byte(q.r.Prefix + q.name) }
-func (q resourceReq) apiVersion() string { return q.r.Group + "/" + q.version }
-
-func (s *Server) resourceRequest(r *http.Request) (resourceReq, error) {
-	p := s.resources.Load()
-	if p == nil {
-		return resourceReq{}, fmt.Errorf("%w: no schema is loaded (start the agent with -schema FILE)", ErrNoRoute)
-	}
-	q := resourceReq{res: *p, version: r.PathValue("version"), name: r.PathValue("name")}
-	group, name := r.PathValue("group"), r.PathValue("resource")
-	q.r = q.res.Schema().Lookup(group, name)
-	if q.r == nil {
-		return q, fmt.Errorf("%w: no resource %s/%s in this node's schema", ErrNoRoute, group, name)
-	}
-	if !slices.Contains(q.r.Served(), q.version) {
-		return q, fmt.Errorf("%w: resource %s is not served in version %q here (served: %v)",
-			ErrNoRoute, q.r.Key(), q.version, q.r.Served())
-	}
-	return q, nil
 }
 
 // handleDiscovery serves GET /apis: every resource with its versions and, as in
@@ -131,16 +99,6 @@ func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"resources": out})
 	return nil
-}
-
-// readEncoding is the version a write back would be stored in now, for marking
-// downgraded views; "" when writes are blocked (each object's own version is assumed).
-func (q resourceReq) readEncoding() string {
-	enc, err := q.res.WriteEncoding(q.r.Key())
-	if err != nil {
-		return ""
-	}
-	return enc
 }
 
 func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
@@ -244,11 +202,7 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 		if p.has("resourceVersionMatch") {
 			return fmt.Errorf("%w: resourceVersionMatch is a parameter of lists, not of watch=true", ErrInvalidParam)
 		}
-		q, err := s.resourceRequest(r)
-		if err != nil {
-			return err
-		}
-		return s.handleObjectWatch(w, r, q)
+		return s.handleObjectWatch(w, r, o)
 	}
 	opts, err := objectListOptions(p)
 	if err != nil {

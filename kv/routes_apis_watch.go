@@ -2,8 +2,6 @@ package kv
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,16 +11,20 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/keel-kv/keel/versions"
 )
 
-// Types of a typed watch event (Kubernetes' watch.EventType).
+// The typed watch's HTTP door: it decodes the request, opens the watch through the
+// typed layer (ObjectAPI.Watch, which owns conversion, key migrations and the events'
+// meaning), pumps it with the KV watch's machinery (bookmarks, write deadlines, the
+// server's end) and writes each event as a line.
+
+// The types of typed watch events, as ObjectAPI names them.
 const (
-	typedAdded    = "ADDED"
-	typedModified = "MODIFIED"
-	typedDeleted  = "DELETED"
-	typedBookmark = "BOOKMARK"
-	typedError    = "ERROR"
+	typedAdded    = ObjectAdded
+	typedModified = ObjectModified
+	typedDeleted  = ObjectDeleted
+	typedBookmark = ObjectBookmark
+	typedError    = ObjectFailed
 )
 
 // typedBookmarkInterval is the default interval of BOOKMARK events when the watch
@@ -98,331 +100,100 @@ func parseTypedWatch(r *http.Request) (typedWatchReq, error) {
 }
 
 // handleObjectWatch serves GET /apis/{group}/{version}/{resource}?watch=true: the
-// resource's changes as typed events, each object converted to the requested version
-// as a GET would show it. With resourceVersion=R the events after R (from R+1, replayed
-// from history when R is in the past; 410 when R+1 is compacted); without it (or 0) the
-// objects that exist now as ADDED events, then the changes after them. An object that
-// cannot be presented in the version (stored in a version this node cannot decode,
-// garbled) is an ERROR event naming it; the stream goes on. A watch the server ends
-// (slow reader, snapshot installed) ends with an ERROR event whose details.revision is
-// where to resume.
-func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, q resourceReq) error {
+// resource's changes as typed events (ObjectAPI.Watch says which). A watch the server
+// ends (slow reader, snapshot installed, a key migration's switch of range) ends with
+// an ERROR event whose details.revision is where to resume.
+func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, o ObjectAPI) error {
 	tq, err := parseTypedWatch(r)
 	if err != nil {
 		return err
 	}
-	if err := q.res.ReadCheck(q.r.Key()); err != nil {
-		return err
-	}
-	release, err := s.acquireWatch(r.Context())
-	if err != nil {
-		return err
-	}
-	defer release()
 	ctx, cancel := s.requestContext(r)
-	view, err := s.store.View(ctx, tq.cons)
+	ow, err := o.Watch(ctx, callerOf(r), objectRef(r), ObjectWatchOptions{ResourceVersion: tq.fromRev, Consistency: tq.cons})
 	cancel()
 	if err != nil {
 		return err
 	}
-	prefix := []byte(q.r.Prefix)
-	km, err := s.keyWatchAt(view, q, tq.fromRev)
-	if err != nil {
-		return err
-	}
-	if km != nil && km.listNew {
-		prefix = []byte(km.k.To)
-	}
-	opts := fsm.WatchOptions{Key: prefix, End: fsm.PrefixEnd(prefix), StartRevision: tq.fromRev + 1,
-		Buffer: s.cfg.WatchBuffer}
-	var initial []fsm.KeyValue
-	if tq.fromRev == 0 {
-		opts.StartRevision = view.Revision() + 1
-		if initial, _, err = view.Range(opts.Key, opts.End, 0, 0); err != nil {
-			return err
-		}
-	}
-	watcher, err := s.store.Watch(opts)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", q.r.Key(), err)
-	}
-	defer watcher.Close()
+	defer ow.Close()
 
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Time{}) // else ReadTimeout ends the watch's context
 	w.Header().Set("Content-Type", api.ContentTypeWatch)
-	w.Header().Set(api.HeaderRevision, strconv.FormatInt(view.Revision(), 10))
+	w.Header().Set(api.HeaderRevision, strconv.FormatInt(ow.Revision(), 10))
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &typedWatchStream{watchStream: &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096),
-		writeTimeout: s.cfg.WriteTimeout, revoked: s.resourceRights(r)}, q: q, s: s, km: km}
+		writeTimeout: s.cfg.WriteTimeout, revoked: ow.RightsLost}, ow: ow, group: ow.Group(), kind: ow.Kind()}
 	ws.enc = json.NewEncoder(ws.bw)
-	enc := q.readEncoding()
-	for _, kv := range initial {
-		ev := fsm.Event{Type: fsm.EventPut, KV: kv}
-		if err := ws.event(&ev, typedAdded, enc); err != nil {
+	for _, ev := range ow.Initial() {
+		if err := ws.write(ev); err != nil {
 			return nil
 		}
 	}
 	if err := ws.flush(); err != nil {
 		return nil
 	}
-	s.streamWatch(r.Context(), watcher, ws, tq.bookmarks, nil)
+	s.streamWatch(r.Context(), ow.Watcher(), ws, tq.bookmarks, nil)
 	return nil
 }
 
-// resourceRights returns, for a typed watch made with r's token, a check that fails
-// once the token is deleted (401) or no longer holds the read right on the route's
-// resource (403); nil when ACLs are not enforced. The watch runs it before each write.
-func (s *Server) resourceRights(r *http.Request) func() error {
-	az := authzOf(r.Context())
-	if az == nil {
-		return nil
-	}
-	g, res := r.PathValue("group"), r.PathValue("resource")
-	return func() error {
-		cur, err := s.current(az)
-		if err != nil {
-			return err
-		}
-		if !cur.Resource(g, res, false) {
-			return fmt.Errorf("%w: the token no longer has the read right on resource %s/%s", ErrForbidden, g, res)
-		}
-		return nil
-	}
-}
-
-// rightsLost ends the watch when its token lost the right to read it (resourceRights).
+// rightsLost ends the watch when its token lost the right to read it.
 func (ws *typedWatchStream) rightsLost() error { return rightsLost(ws.revoked, ws.end) }
 
 // typedWatchStream writes typedEvent lines.
 type typedWatchStream struct {
 	*watchStream
-	q  resourceReq
-	s  *Server
-	km *keyWatch // the resource's key migration; nil without one
+	ow          ObjectWatch
+	group, kind string // the resource, named in ERROR events
 }
 
 var _ watchWriter = (*typedWatchStream)(nil)
-
-// keyWatch is the key migration of a typed watch's resource. The phase at the start
-// picks the range watched — the old one holds every object in phases 0–3, the new one
-// in 4 and 5 (versions.KeyPlan.ListNew) — and the watch lasts while the phase reads
-// that range: writes go to the old keys in every phase of 0–3 and to the new keys in
-// every phase of 4–5, so nothing of the objects' history is missed in between. At the
-// first revision whose phase reads the other range (the switch to 4, a rollback to
-// 3), the watch ends with a 410 Expired ERROR event before any event of that revision:
-// the client lists again, as after a compaction, and watches the other range from the
-// list's revision. The migration's own copies and deletes are in the range not read,
-// so a watcher never sees them.
-type keyWatch struct {
-	k       *versions.KeyMigration
-	listNew bool  // the new range is watched, events are converted to the old key's form
-	rev     int64 // the phase record's revision when the range was last checked
-}
-
-// keyWatchAt returns the key migration state of a typed watch of q starting after
-// revision from (0: now), nil for a resource without one. A from before the last
-// switch of range is 410 Expired: the events after it lie in both ranges.
-func (s *Server) keyWatchAt(view *fsm.View, q resourceReq, from int64) (*keyWatch, error) {
-	k := q.r.KeyMigration
-	if k == nil {
-		return nil, nil
-	}
-	rec, err := versions.ReadKeyPhaseAt(view, k.Name, 0)
-	if err != nil {
-		return nil, err
-	}
-	km := &keyWatch{k: k, listNew: versions.Plan(rec).ListNew(), rev: rec.Revision}
-	if from > 0 && from < km.rev {
-		then, err := versions.ReadKeyPhaseAt(view, k.Name, from)
-		if err != nil {
-			return nil, err
-		}
-		if versions.Plan(then).ListNew() != km.listNew {
-			return nil, km.expired(from, km.rev)
-		}
-	}
-	return km, nil
-}
-
-// expired is the error ending a watch whose last delivered revision is last because
-// the range it reads switched at or before revision at.
-func (km *keyWatch) expired(last, at int64) error {
-	return &fsm.WatchError{LastRevision: last, Err: fmt.Errorf("%w: key migration %s switched the range %s is read from "+
-		"(at revision %d or before): list again", fsm.ErrCompacted, km.k.Name, km.k.From, at)}
-}
-
-// cut returns how many of groups the watch may deliver: all, unless the phase reads
-// the other range at one of their revisions.
-func (ws *typedWatchStream) cut(groups []*fsm.RevisionEvents) (int, error) {
-	km := ws.km
-	view, err := ws.s.store.View(context.Background(), fsm.Serializable)
-	if err != nil {
-		return 0, err
-	}
-	rec, err := versions.ReadKeyPhase(view, km.k.Name)
-	if err != nil {
-		return 0, err
-	}
-	if rec.Revision == km.rev {
-		return len(groups), nil
-	}
-	for i, g := range groups {
-		at, err := versions.ReadKeyPhaseAt(view, km.k.Name, g.Revision)
-		if err != nil {
-			return i, err
-		}
-		if versions.Plan(at).ListNew() != km.listNew {
-			return i, nil
-		}
-	}
-	if len(groups) > 0 && rec.Revision <= groups[len(groups)-1].Revision {
-		km.rev = rec.Revision // the changes so far kept the range
-	}
-	return len(groups), nil
-}
 
 func (ws *typedWatchStream) events(groups []*fsm.RevisionEvents) error {
 	if err := ws.rightsLost(); err != nil {
 		return err
 	}
-	n := len(groups)
-	if ws.km != nil {
-		var err error
-		if n, err = ws.cut(groups); err != nil || n < len(groups) {
-			defer func() {
-				last := groups[0].Revision - 1
-				if n > 0 {
-					last = groups[n-1].Revision
-				}
-				if err == nil {
-					err = ws.km.expired(last, groups[n].Revision)
-				}
-				ws.end(err)
-			}()
-		}
-	}
-	enc := ws.q.readEncoding()
-	for _, g := range groups[:n] {
-		for i := range g.Events {
-			ev := &g.Events[i]
-			var err error
-			switch {
-			case ev.Type == fsm.EventDelete:
-				err = ws.event(ev, typedDeleted, enc)
-			case ev.KV.CreateRevision == ev.KV.ModRevision:
-				err = ws.event(ev, typedAdded, enc)
-			default:
-				err = ws.event(ev, typedModified, enc)
-			}
-			if err != nil {
-				return err
-			}
+	evs, end := ws.ow.Events(groups)
+	for _, ev := range evs {
+		if err := ws.write(ev); err != nil {
+			return err
 		}
 	}
 	if err := ws.flush(); err != nil {
 		return err
 	}
-	if n < len(groups) {
+	if end != nil {
+		ws.end(end)
 		return errKeyRangeSwitched
 	}
 	return nil
 }
 
-// errKeyRangeSwitched stops a typed watch that keyWatch ended.
+// errKeyRangeSwitched stops a typed watch the layer ended.
 var errKeyRangeSwitched = errors.New("kv: key migration switched the watched range")
 
-// event writes ev as a typ event: from the new range, its keys and values in the old
-// key's form first. It does not flush.
-func (ws *typedWatchStream) event(ev *fsm.Event, typ string, enc string) error {
-	if km := ws.km; km != nil && km.listNew {
-		e := *ev
-		var err error
-		if ev.Type == fsm.EventDelete { // the entry of a delete holds no value
-			e.KV.Key = km.k.OldKey(e.KV.Key)
-		} else if e.KV, err = km.toOld(e.KV); err != nil {
-			return ws.errorEvent(err, string(bytes.TrimPrefix(ev.KV.Key, []byte(km.k.To))), ev.KV.ModRevision)
-		}
-		if e.PrevKV != nil {
-			p, err := km.toOld(*e.PrevKV)
-			if err != nil {
-				return ws.errorEvent(err, string(bytes.TrimPrefix(ev.KV.Key, []byte(km.k.To))), ev.KV.ModRevision)
-			}
-			e.PrevKV = &p
-		}
-		ev = &e
+// write writes one event; an ERROR event about one object carries the status its
+// error maps to. It does not flush.
+func (ws *typedWatchStream) write(ev ObjectEvent) error {
+	if f := ev.Failed; f != nil {
+		e := errorBody(f.Err, false)
+		return ws.enc.Encode(typedEvent{Type: typedError, Object: typedStatus{Kind: "Status", Status: "Failure",
+			Code: e.Code, Reason: e.Reason, Message: e.Message,
+			Details: typedStatusOf{Group: ws.group, Kind: ws.kind, Name: f.Name, Revision: f.Revision}}})
 	}
-	if typ == typedDeleted {
-		return ws.deleted(ev, enc)
-	}
-	return ws.object(typ, ev.KV, enc)
-}
-
-// toOld is kv of the new range as the object under its old key.
-func (km *keyWatch) toOld(kv fsm.KeyValue) (fsm.KeyValue, error) {
-	kv.Key = km.k.OldKey(kv.Key)
-	v, err := km.k.ToOld(kv.Value)
-	if err != nil {
-		return kv, fmt.Errorf("stored object %q: %w", kv.Key, err)
-	}
-	kv.Value = v
-	return kv, nil
-}
-
-// object writes kv as an event of type typ, or an ERROR event naming it when it
-// cannot be presented in the watch's version. It does not flush.
-func (ws *typedWatchStream) object(typ string, kv fsm.KeyValue, enc string) error {
-	obj, err := ws.q.r.Present(kv, ws.q.version, enc)
-	if err != nil {
-		return ws.errorEvent(err, string(bytes.TrimPrefix(kv.Key, []byte(ws.q.r.Prefix))), kv.ModRevision)
-	}
-	return ws.enc.Encode(typedEvent{Type: typ, Object: obj})
-}
-
-// deleted writes a DELETED event: the object as it was before the delete, with the
-// delete's revision (only its name when its last version is unknown).
-func (ws *typedWatchStream) deleted(ev *fsm.Event, enc string) error {
-	name := string(bytes.TrimPrefix(ev.KV.Key, []byte(ws.q.r.Prefix)))
-	obj := map[string]any{"apiVersion": ws.q.apiVersion(), "metadata": map[string]any{"name": name}}
-	if ev.PrevKV != nil {
-		var err error
-		if obj, err = ws.q.r.Present(*ev.PrevKV, ws.q.version, enc); err != nil {
-			return ws.errorEvent(err, name, ev.KV.ModRevision)
-		}
-	}
-	meta, _ := obj["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		obj["metadata"] = meta
-	}
-	meta["revision"] = ev.KV.ModRevision
-	return ws.enc.Encode(typedEvent{Type: typedDeleted, Object: obj})
-}
-
-// errorEvent writes an ERROR event for the object name at rev. It does not flush.
-func (ws *typedWatchStream) errorEvent(err error, name string, rev int64) error {
-	e := errorBody(err, false)
-	return ws.enc.Encode(typedEvent{Type: typedError, Object: typedStatus{Kind: "Status", Status: "Failure",
-		Code: e.Code, Reason: e.Reason, Message: e.Message,
-		Details: typedStatusOf{Group: ws.q.r.Group, Kind: ws.q.r.Name, Name: name, Revision: rev}}})
+	return ws.enc.Encode(typedEvent{Type: ev.Type, Object: ev.Object})
 }
 
 func (ws *typedWatchStream) progress(rev int64) error {
 	if err := ws.rightsLost(); err != nil {
 		return err
 	}
-	if ws.km != nil { // an idle watch learns of a switch of range at its next bookmark
-		if n, err := ws.cut([]*fsm.RevisionEvents{{Revision: rev}}); err != nil || n == 0 {
-			if err == nil {
-				err = ws.km.expired(rev, rev)
-			}
-			ws.end(err)
-			return errKeyRangeSwitched
-		}
+	ev, err := ws.ow.Bookmark(rev)
+	if err != nil {
+		ws.end(err)
+		return errKeyRangeSwitched
 	}
-	return ws.line(typedEvent{Type: typedBookmark, Object: map[string]any{
-		"apiVersion": ws.q.apiVersion(), "metadata": map[string]any{"revision": rev}}})
+	return ws.line(typedEvent{Type: ev.Type, Object: ev.Object})
 }
 
 func (ws *typedWatchStream) line(ev typedEvent) error {
@@ -456,5 +227,5 @@ func (ws *typedWatchStream) end(err error) {
 	}
 	ws.line(typedEvent{Type: typedError, Object: typedStatus{Kind: "Status", Status: "Failure",
 		Code: code, Reason: l.Reason, Message: l.Message,
-		Details: typedStatusOf{Group: ws.q.r.Group, Kind: ws.q.r.Name, Revision: rev}}})
+		Details: typedStatusOf{Group: ws.group, Kind: ws.kind, Revision: rev}}})
 }

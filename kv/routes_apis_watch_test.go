@@ -156,15 +156,6 @@ func TestTypedWatchBadInput(t *testing.T) {
 // A watch the server ends ends with an ERROR event saying where to resume: 429
 // SlowWatcher and 503 Restored at details.revision, 410 ResourceExpired to list again.
 func TestTypedWatchEnd(t *testing.T) {
-	ts := newResourceServer(t)
-	req := httptest.NewRequest(http.MethodGet, "/apis/apps/v1/widgets?watch=true", nil)
-	req.SetPathValue("group", "apps")
-	req.SetPathValue("version", "v1")
-	req.SetPathValue("resource", "widgets")
-	q, err := ts.srv.resourceRequest(req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i, tc := range []struct {
 		err    error
 		code   int
@@ -175,7 +166,7 @@ func TestTypedWatchEnd(t *testing.T) {
 		{&fsm.WatchError{Err: fsm.ErrCompacted, LastRevision: 12, CompactRevision: 20}, http.StatusGone, api.ReasonResourceExpired},
 	} {
 		rec := httptest.NewRecorder()
-		ws := &typedWatchStream{watchStream: &watchStream{w: rec, rc: http.NewResponseController(rec), bw: bufio.NewWriter(rec)}, q: q}
+		ws := &typedWatchStream{watchStream: &watchStream{w: rec, rc: http.NewResponseController(rec), bw: bufio.NewWriter(rec)}, group: "apps", kind: "widgets"}
 		ws.enc = json.NewEncoder(ws.bw)
 		ws.end(tc.err)
 		var ev struct {

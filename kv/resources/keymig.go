@@ -304,11 +304,7 @@ func (l *Layer) overlay(ctx context.Context, c kv.Caller, q request, kvs []fsm.K
 // txn applies txn to q's resource for c: the core checks the write right and that
 // every key written is the resource's (its prefix, or its key migration's new one).
 func (l *Layer) txn(ctx context.Context, c kv.Caller, q request, txn *fsm.Txn) (*fsm.Result, error) {
-	prefixes := []string{q.r.Prefix}
-	if k := q.r.KeyMigration; k != nil {
-		prefixes = append(prefixes, k.To)
-	}
-	return l.core.ResourceTxn(ctx, c, q.r.Group, q.r.Name, prefixes, txn)
+	return l.core.ResourceTxn(ctx, c, q.r.Group, q.r.Name, txn)
 }
 
 // guardModRevision makes txn hold only while key's mod revision is rev (0: absent).

@@ -129,6 +129,7 @@ func TestLayerRights(t *testing.T) {
 	ref := kv.ObjectRef{Group: "apps", Version: "v1", Resource: "widgets", Name: "w1"}
 	list := kv.ObjectRef{Group: "apps", Version: "v1", Resource: "widgets"}
 	body := []byte(`{"spec":{"size":2}}`)
+	prefix := f.srv.Resources().Schema().Lookup("apps", "widgets").Prefix
 
 	if _, created, err := f.layer.Put(ctx, admin, ref, body, false); err != nil || !created {
 		t.Fatalf("admin put: created %v, %v", created, err)
@@ -152,13 +153,47 @@ func TestLayerRights(t *testing.T) {
 			_, err := f.layer.List(ctx, c, list, kv.ObjectListOptions{})
 			return err
 		}, false},
+		{"reader watch", reader, func(c kv.Caller) error {
+			w, err := f.layer.Watch(ctx, c, list, kv.ObjectWatchOptions{})
+			if err == nil {
+				w.Close()
+			}
+			return err
+		}, true},
+		{"stranger watch", stranger, func(c kv.Caller) error {
+			w, err := f.layer.Watch(ctx, c, list, kv.ObjectWatchOptions{ResourceVersion: 1})
+			if err == nil {
+				w.Close()
+			}
+			return err
+		}, false},
+		{"stranger core watch", stranger, func(c kv.Caller) error { // the core's own check, without the layer's view
+			w, done, err := f.srv.ResourceWatch(ctx, c, "apps", "widgets", fsm.WatchOptions{Key: []byte(prefix), End: fsm.PrefixEnd([]byte(prefix))})
+			if err == nil {
+				w.Close()
+				done()
+			}
+			return err
+		}, false},
+		{"admin core watch beyond the resource", admin, func(c kv.Caller) error {
+			w, done, err := f.srv.ResourceWatch(ctx, c, "apps", "widgets", fsm.WatchOptions{Key: []byte("/"), End: fsm.PrefixEnd([]byte("/"))})
+			if err == nil {
+				w.Close()
+				done()
+			}
+			return err
+		}, false},
+		{"admin core write beyond the resource", admin, func(c kv.Caller) error {
+			_, err := f.srv.ResourceTxn(ctx, c, "apps", "widgets", &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: []byte("/elsewhere"), Value: []byte("x")}}})
+			return err
+		}, false},
 		{"stranger put", stranger, func(c kv.Caller) error { _, _, err := f.layer.Put(ctx, c, ref, body, false); return err }, false},
 	} {
 		err := tc.call(tc.c)
 		if tc.ok && err != nil {
 			t.Errorf("#%d %s: %v, want allowed", i, tc.name, err)
 		}
-		if !tc.ok && !errors.Is(err, kv.ErrForbidden) {
+		if !tc.ok && !errors.Is(err, kv.ErrForbidden) && !errors.Is(err, kv.ErrReservedPrefix) {
 			t.Errorf("#%d %s: %v, want ErrForbidden", i, tc.name, err)
 		}
 	}
@@ -171,5 +206,85 @@ func TestLayerRights(t *testing.T) {
 	}
 	if spec, _ := obj["spec"].(map[string]any); fmt.Sprint(spec["replicas"]) != "2" {
 		t.Errorf("v2 view of the object = %v, want spec.replicas 2", obj)
+	}
+}
+
+// TestLayerWatch: a typed watch through the layer's methods alone — the objects that
+// exist as ADDED (Initial), then ADDED, MODIFIED and DELETED in the watch's version
+// (v2: size read as spec.replicas), and a BOOKMARK at a revision; Close gives the
+// watch slot back.
+func TestLayerWatch(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	admin, err := f.srv.Authenticate(ctx, f.mgmt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := func(name string) kv.ObjectRef {
+		return kv.ObjectRef{Group: "apps", Version: "v1", Resource: "widgets", Name: name}
+	}
+	if _, _, err := f.layer.Put(ctx, admin, v1("a"), []byte(`{"spec":{"size":1}}`), false); err != nil {
+		t.Fatal(err)
+	}
+	slots := f.srv.Watches()
+	w, err := f.layer.Watch(ctx, admin, kv.ObjectRef{Group: "apps", Version: "v2", Resource: "widgets"}, kv.ObjectWatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.srv.Watches() != slots+1 {
+		t.Errorf("watches = %d after Watch, want %d", f.srv.Watches(), slots+1)
+	}
+	type seen struct {
+		typ, name, replicas string
+	}
+	see := func(ev kv.ObjectEvent) seen {
+		meta, _ := ev.Object["metadata"].(map[string]any)
+		spec, _ := ev.Object["spec"].(map[string]any)
+		return seen{ev.Type, fmt.Sprint(meta["name"]), fmt.Sprint(spec["replicas"])}
+	}
+	var got []seen
+	for _, ev := range w.Initial() {
+		got = append(got, see(ev))
+	}
+	steps := []func() error{
+		func() error {
+			_, _, err := f.layer.Put(ctx, admin, v1("b"), []byte(`{"spec":{"size":2}}`), false)
+			return err
+		},
+		func() error {
+			_, _, err := f.layer.Put(ctx, admin, v1("b"), []byte(`{"spec":{"size":3}}`), false)
+			return err
+		},
+		func() error { _, err := f.layer.Delete(ctx, admin, v1("a"), 0); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		groups, err := w.Watcher().Next(nctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("step %d: Next: %v", i, err)
+		}
+		evs, end := w.Events(groups)
+		if end != nil {
+			t.Fatalf("step %d: the watch ended: %v", i, end)
+		}
+		for _, ev := range evs {
+			got = append(got, see(ev))
+		}
+	}
+	want := []seen{{"ADDED", "a", "1"}, {"ADDED", "b", "2"}, {"MODIFIED", "b", "3"}, {"DELETED", "a", "1"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+	bm, err := w.Bookmark(42)
+	if meta, _ := bm.Object["metadata"].(map[string]any); err != nil || bm.Type != kv.ObjectBookmark || fmt.Sprint(meta["revision"]) != "42" {
+		t.Errorf("Bookmark(42) = %+v, %v", bm, err)
+	}
+	w.Close()
+	if f.srv.Watches() != slots {
+		t.Errorf("watches = %d after Close, want %d", f.srv.Watches(), slots)
 	}
 }
