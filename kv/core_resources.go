@@ -70,6 +70,28 @@ type ObjectAPI interface {
 	// Watch opens a typed watch of ref's resource; the door pumps it and writes the
 	// events it returns.
 	Watch(ctx context.Context, c Caller, ref ObjectRef, opts ObjectWatchOptions) (ObjectWatch, error)
+	// Discovery describes every resource of the node's schema (nil without one).
+	Discovery() []ResourceInfo
+}
+
+// ResourceInfo is one resource of the discovery document (GET /apis): its versions
+// and, as in KEP-2339's, a hash of the version this node stores it in (equal hashes
+// on every node = the cluster agrees), or why writes to it are blocked.
+type ResourceInfo struct {
+	Group              string                `json:"group"`
+	Name               string                `json:"name"`
+	Prefix             string                `json:"prefix"`
+	Versions           []ResourceVersionInfo `json:"versions"`
+	PreferredVersion   string                `json:"preferredVersion"`
+	StorageVersion     string                `json:"storageVersion,omitempty"`
+	StorageVersionHash string                `json:"storageVersionHash,omitempty"`
+	WritesBlocked      string                `json:"writesBlocked,omitempty"`
+}
+
+// ResourceVersionInfo is one version of a ResourceInfo.
+type ResourceVersionInfo struct {
+	Name   string `json:"name"`
+	Served bool   `json:"served"`
 }
 
 // ObjectWatchOptions are a typed watch's parameters.

@@ -1,8 +1,6 @@
 package kv
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -59,45 +57,15 @@ func (s *Server) objectLayer() (ObjectAPI, error) {
 	return o, nil
 }
 
-// handleDiscovery serves GET /apis: every resource with its versions and, as in
-// KEP-2339's discovery document, a hash of the version this node stores it in (equal
-// hashes on every node = the cluster agrees).
+// handleDiscovery serves GET /apis: the typed layer's discovery document
+// (ObjectAPI.Discovery); an empty list on a node without a schema.
 func (s *Server) handleDiscovery(w http.ResponseWriter, r *http.Request) error {
-	p := s.resources.Load()
-	if p == nil {
+	o := s.objectAPI()
+	if o == nil || s.Resources() == nil {
 		writeJSON(w, http.StatusOK, map[string]any{"resources": []any{}})
 		return nil
 	}
-	type version struct {
-		Name   string `json:"name"`
-		Served bool   `json:"served"`
-	}
-	type resource struct {
-		Group              string    `json:"group"`
-		Name               string    `json:"name"`
-		Prefix             string    `json:"prefix"`
-		Versions           []version `json:"versions"`
-		PreferredVersion   string    `json:"preferredVersion"`
-		StorageVersion     string    `json:"storageVersion,omitempty"`
-		StorageVersionHash string    `json:"storageVersionHash,omitempty"`
-		WritesBlocked      string    `json:"writesBlocked,omitempty"`
-	}
-	var out []resource
-	for _, rs := range (*p).Schema().Resources {
-		d := resource{Group: rs.Group, Name: rs.Name, Prefix: rs.Prefix, PreferredVersion: rs.Preferred}
-		for _, v := range rs.Versions {
-			d.Versions = append(d.Versions, version{v.Name, v.Served})
-		}
-		if enc, err := (*p).WriteEncoding(rs.Key()); err == nil {
-			d.StorageVersion = enc
-			sum := sha256.Sum256([]byte(versions.EncodingTag(rs.Key(), enc)))
-			d.StorageVersionHash = base64.StdEncoding.EncodeToString(sum[:8])
-		} else {
-			d.WritesBlocked = err.Error()
-		}
-		out = append(out, d)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"resources": out})
+	writeJSON(w, http.StatusOK, map[string]any{"resources": o.Discovery()})
 	return nil
 }
 

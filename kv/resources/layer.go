@@ -112,3 +112,28 @@ func (l *Layer) Get(ctx context.Context, c kv.Caller, ref kv.ObjectRef, cons fsm
 	}
 	return q.r.Present(loc.cur, q.version, q.readEncoding())
 }
+
+// Discovery describes every resource of the node's schema: its versions, the version
+// this node stores it in with its hash (versions.StorageVersionHash), or why writes
+// to it are blocked. Nil without a schema.
+func (l *Layer) Discovery() []kv.ResourceInfo {
+	res := l.core.Resources()
+	if res == nil {
+		return nil
+	}
+	var out []kv.ResourceInfo
+	for _, rs := range res.Schema().Resources {
+		d := kv.ResourceInfo{Group: rs.Group, Name: rs.Name, Prefix: rs.Prefix, PreferredVersion: rs.Preferred}
+		for _, v := range rs.Versions {
+			d.Versions = append(d.Versions, kv.ResourceVersionInfo{Name: v.Name, Served: v.Served})
+		}
+		if enc, err := res.WriteEncoding(rs.Key()); err == nil {
+			d.StorageVersion = enc
+			d.StorageVersionHash = versions.StorageVersionHash(rs.Key(), enc)
+		} else {
+			d.WritesBlocked = err.Error()
+		}
+		out = append(out, d)
+	}
+	return out
+}
