@@ -23,12 +23,11 @@ const (
 	ruleToken
 	// ruleOperator: the operator right routeRule.right.
 	ruleOperator
-	// ruleKeys: a valid token; the handler checks each key it reads or writes.
+	// ruleKeys: a valid token; the core checks each key it reads or writes.
 	ruleKeys
-	// ruleResourceRead, ruleResourceWrite: read or write on the {group}/{resource} of
-	// the path.
-	ruleResourceRead
-	ruleResourceWrite
+	// ruleObjects: a valid token; the core checks the read or write right on the
+	// typed resource the request reads or writes (core_resources.go), for every door.
+	ruleObjects
 	// ruleAnyWrite: a token that may write some key (leases).
 	ruleAnyWrite
 )
@@ -65,10 +64,10 @@ var routeRules = map[string]routeRule{
 	"POST " + api.PathLeases + "/{id}/keepalive": {kind: ruleAnyWrite},
 
 	"GET " + PathAPIs: {kind: ruleToken},
-	"GET " + PathAPIs + "/{group}/{version}/{resource}":           {kind: ruleResourceRead},
-	"GET " + PathAPIs + "/{group}/{version}/{resource}/{name}":    {kind: ruleResourceRead},
-	"PUT " + PathAPIs + "/{group}/{version}/{resource}/{name}":    {kind: ruleResourceWrite},
-	"DELETE " + PathAPIs + "/{group}/{version}/{resource}/{name}": {kind: ruleResourceWrite},
+	"GET " + PathAPIs + "/{group}/{version}/{resource}":           {kind: ruleObjects},
+	"GET " + PathAPIs + "/{group}/{version}/{resource}/{name}":    {kind: ruleObjects},
+	"PUT " + PathAPIs + "/{group}/{version}/{resource}/{name}":    {kind: ruleObjects},
+	"DELETE " + PathAPIs + "/{group}/{version}/{resource}/{name}": {kind: ruleObjects},
 
 	"GET " + api.PathMetrics:                               {kind: ruleToken},
 	"GET " + api.PathVersions:                              op(api.RightMembers),
@@ -165,12 +164,6 @@ func checkRule(rule routeRule, az *acl.Authorizer, r *http.Request) error {
 	case ruleOperator:
 		if !az.Right(rule.right) {
 			return acl.ForbiddenRight(rule.right)
-		}
-	case ruleResourceRead, ruleResourceWrite:
-		write := rule.kind == ruleResourceWrite
-		g, res := r.PathValue("group"), r.PathValue("resource")
-		if !az.Resource(g, res, write) {
-			return acl.ForbiddenResource(g, res, write)
 		}
 	case ruleAnyWrite:
 		if !az.AnyWrite() {

@@ -158,7 +158,7 @@ func routeRight(az *acl.Authorizer, pattern string) error {
 		return nil
 	}
 	rule, ok := routeRules[pattern]
-	if !ok || rule.kind == ruleResourceRead || rule.kind == ruleResourceWrite {
+	if !ok || rule.kind == ruleObjects {
 		return errNoRule(pattern)
 	}
 	return checkRule(rule, az, nil)

@@ -19,6 +19,22 @@ import (
 // each rule once, here. The typed keys are reserved (reserved.go): the KV API may not
 // write them, these methods may and only these.
 
+// Resources is what the resource API needs from the node's storage-version manager;
+// *versions.Manager satisfies it.
+type Resources interface {
+	Schema() *versions.Schema
+	// WriteEncoding is the version writes to resource must be stored in, or why
+	// writes must wait (versions.ErrNotRegistered, ErrNoCommonEncoding, ErrUndecodable).
+	WriteEncoding(resource string) (string, error)
+	// ReadCheck fails when stored objects of resource cannot be decoded here.
+	ReadCheck(resource string) error
+}
+
+var _ Resources = (*versions.Manager)(nil)
+
+// SetResources turns on the resource API (/apis) over res. Call before serving.
+func (s *Server) SetResources(res Resources) { s.resources.Store(&res) }
+
 // ObjectRef names a typed object, or a list of them when Name is "":
 // /apis/{Group}/{Version}/{Resource}[/{Name}].
 type ObjectRef struct {

@@ -4,25 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-
-	"github.com/keel-kv/keel/versions"
 )
-
-// Resources is what the resource API needs from the node's storage-version manager;
-// *versions.Manager satisfies it.
-type Resources interface {
-	Schema() *versions.Schema
-	// WriteEncoding is the version writes to resource must be stored in, or why
-	// writes must wait (versions.ErrNotRegistered, ErrNoCommonEncoding, ErrUndecodable).
-	WriteEncoding(resource string) (string, error)
-	// ReadCheck fails when stored objects of resource cannot be decoded here.
-	ReadCheck(resource string) error
-}
-
-var _ Resources = (*versions.Manager)(nil)
-
-// SetResources turns on the resource API (/apis) over res. Call before serving.
-func (s *Server) SetResources(res Resources) { s.resources.Store(&res) }
 
 // PathAPIs is the root of the resource API.
 const PathAPIs = "/apis"

@@ -18,5 +18,8 @@
 // core's. A door (today kv's /apis routes, through kv.ObjectAPI) decodes its request,
 // calls a Layer method and encodes the answer; errors keep the core's sentinels
 // (kv.ErrConflict, kv.ErrDowngraded, kv.ErrInvalidBody, fsm.ErrKeyNotFound, ...) so the
-// door's one error table maps them.
+// door's one error table maps them. The HTTP route table only authenticates /apis
+// requests (kv's ruleObjects): the resource right is the core's, so a door can neither
+// forget it nor state it a second time (TestTypedRightsEveryDoor runs one table of
+// rights against the layer and the HTTP routes).
 package resources

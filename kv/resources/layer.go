@@ -46,6 +46,17 @@ type request struct {
 func (q request) key() []byte        { return []byte(q.r.Prefix + q.name) }
 func (q request) apiVersion() string { return q.r.Group + "/" + q.version }
 
+// authorize resolves ref (resolve) and checks c's read (write: change) right on its
+// resource before the layer looks at anything else, so that a caller without the right
+// learns nothing of the request's other faults. The core checks the right again on
+// every read and write it serves.
+func (l *Layer) authorize(c kv.Caller, ref kv.ObjectRef, named, write bool) (request, error) {
+	if err := l.core.ResourceRight(c, ref.Group, ref.Resource, write); err != nil {
+		return request{}, err
+	}
+	return l.resolve(ref, named)
+}
+
 // resolve looks ref up in the node's schema: kv.ErrNoRoute for a resource or version
 // not served here, kv.ErrInvalidKey for a name (when named) that is not a DNS
 // subdomain.
@@ -88,7 +99,7 @@ func (l *Layer) view(ctx context.Context, c kv.Caller, q request, cons fsm.Consi
 // Get returns ref's object in ref's version as the key migration's phase reads it
 // (fsm.ErrKeyNotFound when it does not exist), read with consistency cons.
 func (l *Layer) Get(ctx context.Context, c kv.Caller, ref kv.ObjectRef, cons fsm.Consistency) (map[string]any, error) {
-	q, err := l.resolve(ref, true)
+	q, err := l.authorize(c, ref, true, false)
 	if err != nil {
 		return nil, err
 	}

@@ -98,13 +98,19 @@ func (f *fixture) do(t *testing.T, secret, method, path string, body any, out an
 	}
 }
 
-// caller makes a token holding policy p and resolves it as the core does.
-func (f *fixture) caller(t *testing.T, p api.ACLPolicy) kv.Caller {
+// secret makes a token holding policy p and returns its secret.
+func (f *fixture) secret(t *testing.T, p api.ACLPolicy) string {
 	t.Helper()
 	f.do(t, f.mgmt, http.MethodPut, api.PathACLPolicies+"/"+p.Name, p, nil)
 	var tok api.ACLToken
 	f.do(t, f.mgmt, http.MethodPost, api.PathACLTokens, api.ACLTokenRequest{Policies: []string{p.Name}}, &tok)
-	c, err := f.srv.Authenticate(context.Background(), tok.SecretID)
+	return tok.SecretID
+}
+
+// caller makes a token holding policy p and resolves it as the core does.
+func (f *fixture) caller(t *testing.T, p api.ACLPolicy) kv.Caller {
+	t.Helper()
+	c, err := f.srv.Authenticate(context.Background(), f.secret(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func parseListVersion(rv, match string, limited, cont bool) (kv.ListVersion, err
 // compacted one is fsm.ErrCompacted worded "too old resource version". Objects that
 // cannot be presented are in ObjectList.Failed; the others are still listed.
 func (l *Layer) List(ctx context.Context, c kv.Caller, ref kv.ObjectRef, opts kv.ObjectListOptions) (*kv.ObjectList, error) {
-	q, err := l.resolve(ref, false)
+	q, err := l.authorize(c, ref, false, false)
 	if err != nil {
 		return nil, err
 	}

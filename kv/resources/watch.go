@@ -17,7 +17,7 @@ import (
 // that exist now as ADDED events (Initial), then the changes after them. An object
 // that cannot be presented is an ERROR event naming it; the watch goes on.
 func (l *Layer) Watch(ctx context.Context, c kv.Caller, ref kv.ObjectRef, opts kv.ObjectWatchOptions) (kv.ObjectWatch, error) {
-	q, err := l.resolve(ref, false)
+	q, err := l.authorize(c, ref, false, false)
 	if err != nil {
 		return nil, err
 	}

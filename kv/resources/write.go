@@ -23,7 +23,7 @@ import (
 // values is kv.ErrDowngraded unless force. It returns what was stored, in ref's
 // version, and whether it was created.
 func (l *Layer) Put(ctx context.Context, c kv.Caller, ref kv.ObjectRef, body []byte, force bool) (map[string]any, bool, error) {
-	q, err := l.resolve(ref, true)
+	q, err := l.authorize(c, ref, true, true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -234,7 +234,7 @@ func validateObjectMeta(q request, body []byte) (map[string]any, int64, error) {
 // if that is the object's revision, kv.ErrConflict otherwise), and returns the
 // revision of the delete; fsm.ErrKeyNotFound when it does not exist.
 func (l *Layer) Delete(ctx context.Context, c kv.Caller, ref kv.ObjectRef, rev int64) (int64, error) {
-	q, err := l.resolve(ref, true)
+	q, err := l.authorize(c, ref, true, true)
 	if err != nil {
 		return 0, err
 	}
