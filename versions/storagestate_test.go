@@ -25,7 +25,7 @@ func TestStorageStateHashes(t *testing.T) {
 	m := newManager(t, "n1", mustSchema(t, "widgets-v1v2.yaml"), store, alive("n1"))
 	r := m.Schema().Resources[0]
 	m.Reconcile(context.Background())
-	discovery := func(v string) string { // kv/routes_apis.go handleDiscovery
+	discovery := func(v string) string { // kv/resources Layer.Discovery
 		sum := sha256.Sum256([]byte(EncodingTag(r.Key(), v)))
 		return base64.StdEncoding.EncodeToString(sum[:8])
 	}
