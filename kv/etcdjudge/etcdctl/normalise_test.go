@@ -81,7 +81,7 @@ var (
 	reRemaining     = regexp.MustCompile(`TTL\((\d+)s\), remaining\((-?\d+)s\)`)
 	reFields        = regexp.MustCompile(`^"(ClusterID|MemberID|Revision|CreateRevision|ModRevision|RaftTerm|Lease)" : (\d+)$`)
 	reAttached      = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
-	reCompacted     = regexp.MustCompile(`(compacted revision |rev=)(\d+)`)
+	reCompacted     = regexp.MustCompile(`(compacted revision |rev=|progress notify: )(\d+)`)
 	reMemberRow     = regexp.MustCompile(`^([0-9a-f]+), (started|unstarted), [^,]*, [^,]*, ([^,]*), (true|false)$`)
 	statusFields    = 16 // columns of `endpoint status` in etcdctl 3.7's simple and table output
 )

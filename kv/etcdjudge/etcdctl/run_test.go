@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -190,11 +191,16 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 
 // start starts etcdctl with args (placeholders resolved) and stdin.
 func (s *session) start(stdin string, args ...string) *proc {
+	return s.startWith(strings.NewReader(stdin), args...)
+}
+
+// startWith starts etcdctl with args (placeholders resolved) reading stdin.
+func (s *session) startWith(stdin io.Reader, args ...string) *proc {
 	args = s.resolve(args)
 	p := &proc{s: s, args: args, done: make(chan struct{})}
 	p.cmd = exec.Command(etcdctlBin, append([]string{"--endpoints=" + s.b.addr}, args...)...)
 	p.cmd.Env = cleanEnv()
-	p.cmd.Stdin = strings.NewReader(stdin)
+	p.cmd.Stdin = stdin
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.stdout}, lockedWriter{&p.mu, &p.stderr}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -1,6 +1,7 @@
 package etcdctl
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,6 +134,9 @@ var moreScript = []step{
 	cmd("lease", "revoke", "{lease:M}"),
 	cmd("put", "~m/w", "1"),
 	{args: []string{"watch", "~m/w", "--rev", "{mod:~m/w}", "--", "sh", "-c", `echo "$ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY=$ETCD_WATCH_VALUE rev=$ETCD_WATCH_REVISION"`}, until: "PUT"},
+	cmd("put", "~m/i/1", "a"),
+	cmd("put", "~m/i/1", "b"),
+	{run: watchInteractive},
 	cmd("endpoint", "hashkv", "-w", "json"),
 	cmd("snapshot", "save", "{dir}/snap.db"),
 	cmd("alarm", "list"),
@@ -256,4 +260,26 @@ func electContenders(s *session) string {
 	o.lines(4)
 	outB, outO := b.interrupt(), o.interrupt()
 	return "A: " + outA + "\nB: " + outB + "\nobserver: " + outO
+}
+
+// watchInteractive: `watch -i` reads its commands from stdin: a watch of history,
+// then a progress request once the history has arrived.
+func watchInteractive(s *session) string {
+	// an *os.File, so that Wait does not wait for a copy of stdin
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer pw.Close()
+	p := s.startWith(pr, "watch", "-i")
+	pr.Close() // the child has its copy
+	if _, err := io.WriteString(pw, s.resolve([]string{"watch ~m/i --prefix --rev {create:~m/i/1}\n"})[0]); err != nil {
+		s.t.Fatal(err)
+	}
+	p.waitOutput(func(o string) bool { return strings.Contains(o, "b\n") })
+	if _, err := io.WriteString(pw, "progress\n"); err != nil {
+		s.t.Fatal(err)
+	}
+	p.waitOutput(func(o string) bool { return strings.Contains(o, "progress notify") })
+	return p.interrupt()
 }
