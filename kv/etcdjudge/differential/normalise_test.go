@@ -49,8 +49,10 @@ import (
 //     etcd 3.7 answers those from its in-memory index, which has no lease, so it
 //     answers lease 0; keel answers the key's lease, as etcd 3.6 did (dropLeases).
 //
-// Accepted differences (docs/etcd.md "What is refused, and why"), which the generator
-// never produces:
+// Accepted differences (docs/etcd.md "What is refused, and why", "Differences that
+// remain"), which the generator never produces; TestRefusedShapes sends each refusal
+// once to both servers and checks that etcd serves it and keel refuses it as the
+// documentation says:
 //
 //   - non-UTF-8 keys, keys under "\x00keel/" and deletes or compares over ranges that
 //     overlap them: keel refuses them. Every key the generator writes is ASCII under
