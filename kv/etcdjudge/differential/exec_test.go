@@ -118,6 +118,12 @@ func (s *side) exec(o op, st *shared) result {
 			return result{err: err}
 		}
 		return result{resp: resp, rev: resp.Header.Revision}
+	case kLeases:
+		resp, err := c.Leases(ctx)
+		if err != nil {
+			return result{err: err}
+		}
+		return result{resp: resp}
 	case kTimeToLive:
 		resp, err := c.TimeToLive(ctx, s.leaseOf(o.lease), clientv3.WithAttachedKeys())
 		if err != nil {

@@ -24,9 +24,10 @@ const (
 	kRevoke
 	kTimeToLive
 	kWatch
+	kLeases
 )
 
-var kindNames = [...]string{"put", "get", "delete", "txn", "compact", "grant", "revoke", "ttl", "watch"}
+var kindNames = [...]string{"put", "get", "delete", "txn", "compact", "grant", "revoke", "ttl", "watch", "leases"}
 
 // keys are the names a sequence writes, in byte order; ends add names that no put
 // writes, so that ranges end between keys too.
@@ -119,8 +120,10 @@ func genOp(r *rand.Rand, maxRank, depth int) op {
 		return op{kind: kGrant, ttl: int64(30 + r.Intn(600))}
 	case w < 91:
 		return op{kind: kRevoke, lease: r.Intn(3)}
-	case w < 94:
+	case w < 93:
 		return op{kind: kTimeToLive, lease: r.Intn(4)}
+	case w < 94:
+		return op{kind: kLeases}
 	}
 	return op{kind: kWatch, rng: genRange(r, true), rank: 1 + r.Intn(maxRank), prevKV: r.Intn(2) == 0,
 		noPut: r.Intn(6) == 0, noDel: r.Intn(6) == 0}

@@ -37,7 +37,8 @@ import (
 //     server picks them. An ID never granted prints as "L?".
 //  4. A lease's remaining TTL (TimeToLive) prints as "live" when it is in (0,
 //     granted]: it depends on when the question is asked. -1 (no such lease) stays.
-//  5. TimeToLive's attached keys are sorted: etcd lists them in map order.
+//  5. TimeToLive's attached keys are sorted: etcd lists them in map order; so are
+//     the (mapped) IDs of LeaseLeases.
 //  6. Keys lose the sequence's prefix (each sequence writes under a fresh one).
 //  7. A watch's events are compared as one list, whatever responses carried them:
 //     how many events a response batches is the server's choice. Within one revision
@@ -112,6 +113,13 @@ func (n normer) norm(r result) string {
 		return "revoke " + n.hdr(x.Header)
 	case *clientv3.LeaseTimeToLiveResponse:
 		return n.ttl(x)
+	case *clientv3.LeaseLeasesResponse:
+		ids := make([]string, 0, len(x.Leases))
+		for _, l := range x.Leases {
+			ids = append(ids, n.lease(l.ID))
+		}
+		slices.Sort(ids)
+		return fmt.Sprintf("leases %s %v", n.hdr(x.ResponseHeader), ids)
 	case watchResult:
 		return n.watch(x)
 	}
