@@ -105,9 +105,11 @@ func (s *session) rememberLease(name, out string) {
 	}
 }
 
+var rePlaceholder = regexp.MustCompile(`\{(\w+)(?::([^}]*))?\}`)
+
 // resolve replaces the placeholders of args with this backend's values.
 func (s *session) resolve(args []string) []string {
-	re := regexp.MustCompile(`\{(\w+)(?::([^}]*))?\}`)
+	re := rePlaceholder
 	out := make([]string, len(args))
 	for i, a := range args {
 		out[i] = re.ReplaceAllStringFunc(a, func(m string) string {
