@@ -58,11 +58,11 @@ type located struct {
 func (ks keyState) locate(view *fsm.View, q request, rev int64) (located, error) {
 	var l located
 	get := func(key []byte) (fsm.KeyValue, bool, error) {
-		kv, err := view.Get(key, rev)
+		item, err := view.Get(key, rev)
 		if errors.Is(err, fsm.ErrKeyNotFound) {
 			return fsm.KeyValue{}, false, nil
 		}
-		return kv, err == nil, err
+		return item, err == nil, err
 	}
 	var err error
 	var okOld, okNew bool
@@ -155,16 +155,16 @@ func (ks keyState) deleteOps(q request) []fsm.Op {
 }
 
 // readBack turns the stored entry a write's last op read back into the old key's form.
-func (ks keyState) readBack(q request, kv fsm.KeyValue) (fsm.KeyValue, error) {
+func (ks keyState) readBack(q request, item fsm.KeyValue) (fsm.KeyValue, error) {
 	if ks.k == nil || !ks.plan.ReadNew {
-		return kv, nil
+		return item, nil
 	}
-	value, err := ks.k.ToOld(kv.Value)
+	value, err := ks.k.ToOld(item.Value)
 	if err != nil {
-		return kv, err
+		return item, err
 	}
-	kv.Value, kv.Key = value, q.key()
-	return kv, nil
+	item.Value, item.Key = value, q.key()
+	return item, nil
 }
 
 // phaseMoved tells a failed transaction's cause: errPhaseChanged when the phase record
@@ -272,31 +272,31 @@ func (l *Layer) overlay(ctx context.Context, c kv.Caller, q request, kvs []fsm.K
 		return nil, err
 	}
 	out := make([]fsm.KeyValue, 0, len(kvs))
-	for _, kv := range kvs {
+	for _, item := range kvs {
 		switch {
 		case isNew:
-			kv.Key = k.OldKey(kv.Key)
+			item.Key = k.OldKey(item.Key)
 		case ks.plan.ReadNew && ks.plan.Fallback:
-			nkv, err := view.Get(k.NewKey(kv.Key), rev)
+			nkv, err := view.Get(k.NewKey(item.Key), rev)
 			if errors.Is(err, fsm.ErrKeyNotFound) {
-				out = append(out, kv)
+				out = append(out, item)
 				continue
 			}
 			if err != nil {
 				return nil, err
 			}
-			kv = nkv
-			kv.Key = k.OldKey(kv.Key)
+			item = nkv
+			item.Key = k.OldKey(item.Key)
 		default:
-			out = append(out, kv)
+			out = append(out, item)
 			continue
 		}
-		value, err := k.ToOld(kv.Value)
+		value, err := k.ToOld(item.Value)
 		if err != nil {
-			return nil, fmt.Errorf("stored object %q: %w", kv.Key, err)
+			return nil, fmt.Errorf("stored object %q: %w", item.Key, err)
 		}
-		kv.Value = value
-		out = append(out, kv)
+		item.Value = value
+		out = append(out, item)
 	}
 	return out, nil
 }

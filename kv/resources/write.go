@@ -143,11 +143,11 @@ func (l *Layer) putObject(ctx context.Context, c kv.Caller, q request, obj map[s
 		}
 		return nil, errObjectChanged
 	}
-	kv, err := ks.readBack(q, res.Responses[len(res.Responses)-1].KVs[0])
+	item, err := ks.readBack(q, res.Responses[len(res.Responses)-1].KVs[0])
 	if err != nil {
 		return nil, err
 	}
-	return &putResult{kv: kv, created: !loc.found}, nil
+	return &putResult{kv: item, created: !loc.found}, nil
 }
 
 // lossError is the 409 Downgraded of a write that would lose values.
