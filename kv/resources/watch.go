@@ -37,15 +37,19 @@ func (l *Layer) Watch(ctx context.Context, c kv.Caller, ref kv.ObjectRef, opts k
 		prefix = []byte(km.k.To)
 	}
 	wo := fsm.WatchOptions{Key: prefix, End: fsm.PrefixEnd(prefix), StartRevision: opts.ResourceVersion + 1}
-	w := &objectWatch{l: l, c: c, q: q, km: km, rev: view.Revision()}
 	if opts.ResourceVersion == 0 {
 		wo.StartRevision = view.Revision() + 1
-		if w.initial, _, err = view.Range(wo.Key, wo.End, 0, 0); err != nil {
-			return nil, err
-		}
 	}
+	w := &objectWatch{l: l, c: c, q: q, km: km, rev: view.Revision()}
+	// The watch slot first: a node at its bound refuses before reading the objects.
 	if w.watcher, w.close, err = l.core.ResourceWatch(ctx, c, q.r.Group, q.r.Name, wo); err != nil {
 		return nil, err
+	}
+	if opts.ResourceVersion == 0 {
+		if w.initial, _, err = view.Range(wo.Key, wo.End, 0, 0); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
 	w.lost = l.core.ResourceRightsLost(c, q.r.Group, q.r.Name)
 	return w, nil
