@@ -36,6 +36,10 @@ var (
 	ends = []string{"a/", "a/3", "b", "b0", "c", "d"}
 )
 
+// values are what puts write and VALUE compares compare with: empty, ordered ASCII,
+// and bytes that are not UTF-8 (values may be any bytes on both servers).
+var values = []string{"x", "y", "z", "", "xx", "\x00\xff"}
+
 // End kinds of a range: none (one key), an explicit end, a prefix, from key on.
 const (
 	endNone = iota
@@ -130,7 +134,7 @@ func genOp(r *rand.Rand, maxRank, depth int) op {
 }
 
 func genPut(r *rand.Rand) op {
-	o := op{kind: kPut, rng: rng{key: pick(r, keys)}, value: pick(r, []string{"x", "y", "z", "", "xx"}),
+	o := op{kind: kPut, rng: rng{key: pick(r, keys)}, value: pick(r, values),
 		prevKV: r.Intn(2) == 0, lease: -1}
 	if r.Intn(4) == 0 {
 		o.lease = r.Intn(2)
@@ -277,7 +281,7 @@ func genCmp(r *rand.Rand, maxRank int) cmpOp {
 	}
 	switch c.target {
 	case "value":
-		c.value = pick(r, []string{"x", "y", "z", "", "xx"})
+		c.value = pick(r, values)
 	case "version":
 		c.num = int64(r.Intn(4))
 	case "create", "mod":
