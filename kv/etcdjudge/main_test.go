@@ -86,8 +86,23 @@ func startNodeRaft(dir, raftAddr string, extra ...string) (*node, error) {
 
 // startNodeTLS is startNodeRaft for a node whose clients use tc (nil: plain text).
 func startNodeTLS(dir, raftAddr string, tc *tls.Config, extra ...string) (*node, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	n, args, err := launchNode(dir, raftAddr, tc, extra...)
+	if err != nil {
 		return nil, err
+	}
+	if err := n.waitLeader(30 * time.Second); err != nil {
+		n.stop()
+		log, _ := os.ReadFile(n.logPath)
+		return nil, fmt.Errorf("keel %v: %w\n%s", args, err, log)
+	}
+	return n, nil
+}
+
+// launchNode starts the keel process of startNodeTLS and returns at once, with the
+// process's arguments.
+func launchNode(dir, raftAddr string, tc *tls.Config, extra ...string) (*node, []string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
 	}
 	n := &node{etcdAddr: freeport.Addr(), httpAddr: freeport.Addr(), logPath: filepath.Join(dir, "keel.log"),
 		done: make(chan struct{}), tls: tc}
@@ -95,22 +110,17 @@ func startNodeTLS(dir, raftAddr string, tc *tls.Config, extra ...string) (*node,
 		"-raft-addr", raftAddr, "-etcd-addr", n.etcdAddr}, extra...)
 	lf, err := os.Create(n.logPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n.cmd = exec.Command(keelBin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = lf, lf
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		lf.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	go func() { n.cmd.Wait(); lf.Close(); close(n.done) }()
-	if err := n.waitLeader(30 * time.Second); err != nil {
-		n.stop()
-		log, _ := os.ReadFile(n.logPath)
-		return nil, fmt.Errorf("keel %v: %w\n%s", args, err, log)
-	}
-	return n, nil
+	return n, args, nil
 }
 
 // client is an etcd client of the node.

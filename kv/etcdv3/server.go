@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/keel-kv/keel/kv"
 )
@@ -45,6 +46,13 @@ type Server struct {
 	// hears the revision it reached (etcd's --watch-progress-notify-interval). Set it
 	// before Serve; zero is DefaultProgressNotifyInterval.
 	ProgressNotifyInterval time.Duration
+	// Ready, when set before Serve, holds every call but gRPC health until it is
+	// closed (each call waits within its own deadline; health says NOT_SERVING until
+	// then). The agent closes it once the node's start records are applied, as etcd
+	// serves its clients only once it has published its member attributes: no etcd
+	// client sees the store before them (a fresh store's revision 0, which
+	// kube-apiserver refuses; a revision that moves with no client write).
+	Ready <-chan struct{}
 
 	mu      sync.Mutex
 	closed  bool
@@ -94,6 +102,16 @@ func (e *Server) Serve(ln net.Listener) error {
 	e.addr = ln.Addr().String()
 	e.mu.Unlock()
 	e.core.Logger().Info("serving the etcd v3 API", "addr", e.addr, "tls", e.core.Config().TLS != nil)
+	if e.Ready != nil {
+		e.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		go func() {
+			select {
+			case <-e.Ready:
+				e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			case <-e.stop:
+			}
+		}()
+	}
 	if err := e.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("etcdv3: serve: %w", err)
 	}
@@ -140,6 +158,9 @@ var openMethods = map[string]bool{
 func (e *Server) admit(ctx context.Context, method string) (context.Context, error) {
 	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
 		return ctx, nil
+	}
+	if err := e.waitReady(ctx); err != nil {
+		return nil, err
 	}
 	if e.core.Config().RequireClientCert && !verifiedPeer(ctx) {
 		return nil, etcdError(fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA", kv.ErrUnauthorized))
@@ -316,4 +337,20 @@ func peerHost(ctx context.Context) string {
 		return p.Addr.String()
 	}
 	return ""
+}
+
+// waitReady returns once Ready is closed (at once when it is nil), or an error when
+// ctx ends or Stop is called first.
+func (e *Server) waitReady(ctx context.Context) error {
+	if e.Ready == nil {
+		return nil
+	}
+	select {
+	case <-e.Ready:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-e.stop:
+		return rpctypes.ErrGRPCStopped
+	}
 }

@@ -41,8 +41,10 @@ type Agent struct {
 	etcd    *etcdv3.Server
 	etcdLn  net.Listener
 	etcdErr chan error
-	gossip  *gossip           // nil when gossip is off
-	tls     *tlsutil.Reloader // nil without TLS
+	// etcdReady is closed by publishEtcdURLLoop: the etcd door's etcdv3.Server.Ready.
+	etcdReady chan struct{}
+	gossip    *gossip           // nil when gossip is off
+	tls       *tlsutil.Reloader // nil without TLS
 	// versions is the storage-version manager; nil without a schema.
 	versions *versions.Manager
 	// migrator rewrites old-version objects while this node leads; nil without a

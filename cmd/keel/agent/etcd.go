@@ -23,6 +23,8 @@ func (a *Agent) startEtcd() error {
 	a.etcdLn = ln
 	a.etcd = etcdv3.New(a.server)
 	a.etcd.ProgressNotifyInterval = a.cfg.EtcdProgressNotifyInterval
+	a.etcdReady = make(chan struct{})
+	a.etcd.Ready = a.etcdReady
 	a.etcdErr = make(chan error, 1)
 	go func() { a.etcdErr <- a.etcd.Serve(a.server.LimitListener(ln)) }()
 	return nil
@@ -58,19 +60,27 @@ func (a *Agent) etcdClientURL() string {
 
 // publishEtcdURLLoop writes this node's etcd client URL to its record
 // (etcdv3.URLKey), unless the record already says it, retrying until it is applied or
-// ctx ends. The record is keel's own: invisible through every door's KV API.
+// ctx ends. The record is keel's own: invisible through every door's KV API. It is
+// written after the cluster's own start records (genesis, secret: mintSecretLoop), so
+// a fresh cluster is at revision 2 (genesis 1, URL 2) when the loop, seeing it applied
+// here, opens the etcd door (etcdReady).
 func (a *Agent) publishEtcdURLLoop(ctx context.Context) {
 	url := a.etcdClientURL()
 	key := []byte(etcdv3.URLKey(a.cfg.NodeID))
 	tick := time.NewTicker(secretPoll)
 	defer tick.Stop()
 	for {
-		if kvv, err := a.store.View().Get(key, 0); err == nil && string(kvv.Value) == url {
-			return
-		}
-		txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: key, Value: []byte(url)}}}
-		if res, err := a.node.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn}); err == nil && res.Err == nil {
-			return
+		// The cluster's start records first: the genesis record is written only into an
+		// empty store, so a URL record before it would leave a fresh cluster without one
+		// (and its revision 1 or 2 by the race).
+		if _, _, ok := a.store.ClusterMeta(); ok && a.store.Revision() > 0 {
+			kvv, err := a.store.View().Get(key, 0)
+			if err == nil && string(kvv.Value) == url {
+				close(a.etcdReady)
+				return
+			}
+			txn := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpPut, Key: key, Value: []byte(url)}}}
+			a.node.Apply(ctx, &fsm.Command{Type: fsm.CmdTxn, Txn: txn}) // applied here: seen at the next tick
 		}
 		select {
 		case <-ctx.Done():
