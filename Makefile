@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl
+.PHONY: mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -63,6 +63,12 @@ test-etcd-diff:
 test-etcdctl:
 	cd kv/etcdjudge/etcdctl && $(GO) test -count=1 -timeout 15m ./...
 
+# kv/etcdjudge/apiserver is its own module (it pulls Kubernetes): k8s.io/apiserver's
+# etcd3 storage tests run against a fresh keel per test; patches.go lists every change
+# made to them beyond the testserver swap.
+test-apiserver:
+	cd kv/etcdjudge/apiserver && $(GO) test -count=1 -timeout 15m ./...
+
 # In-process benchmarks: the state machine, tokens, and a real 3-node cluster on loopback
 # (writes/s at 1 and 64 clients, linearizable reads/s). Figures land in bench/results-unit.txt.
 bench:
@@ -88,6 +94,7 @@ lint:
 	staticcheck $(PKGS)
 	cd bench/loadgen && $(GO) vet ./... && staticcheck ./...
 	cd kv/etcdjudge && $(GO) vet ./... && staticcheck ./...
+	cd kv/etcdjudge/apiserver && $(GO) vet ./... && staticcheck ./...
 	cd chaos/etcd && $(GO) vet -tags chaos ./... && staticcheck -tags chaos ./...
 	cd kv/etcdjudge/differential && $(GO) vet ./... && staticcheck ./...
 	cd kv/etcdjudge/etcdctl && $(GO) vet ./... && staticcheck ./...
