@@ -227,7 +227,7 @@ func TestWatchHTTPRequireLeader(t *testing.T) {
 			t.Fatalf("want the put at %d, got %+v", r1, ev)
 		}
 	}
-	store.cut()
+	store.Cut()
 	for name, next := range map[string]func() api.WatchEvent{"param": byParam, "header": byHeader} {
 		if ev := next(); ev.Type != api.EventEnd || ev.Reason != api.ReasonNoLeader || ev.Revision != r1 {
 			t.Fatalf("%s: after the node lost its leader: %+v, want END NoLeader at %d", name, ev, r1)

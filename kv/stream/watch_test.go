@@ -329,7 +329,7 @@ func TestStreamWatchRequireLeader(t *testing.T) {
 			t.Fatalf("want the events of %d, got %+v", r1, r)
 		}
 	}
-	store.cut()
+	store.Cut()
 	start := time.Now()
 	r := readResponse(t, br)
 	if r.ID != 1 || r.Watch != api.StreamWatchEnd || r.Reason != api.ReasonNoLeader || r.Revision != r1 {
