@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -52,38 +51,13 @@ func newTestServerOn(t testing.TB, store *kvtest.LocalStore, opts ...func(*Confi
 // do sends one request and returns status, body and headers.
 func (ts *testServer) do(method, path string, body []byte) (int, []byte, http.Header) {
 	ts.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, ts.url+path, rd)
-	if err != nil {
-		ts.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		ts.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		ts.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return resp.StatusCode, b, resp.Header
+	return kvtest.Do(ts.t, ts.url, method, path, body)
 }
 
 // doJSON sends a request, expects status want and decodes the body into out.
 func (ts *testServer) doJSON(method, path string, body []byte, want int, out any) {
 	ts.t.Helper()
-	code, b, _ := ts.do(method, path, body)
-	if code != want {
-		ts.t.Fatalf("%s %s = %d %s, want %d", method, path, code, b, want)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			ts.t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
-		}
-	}
+	kvtest.DoJSON(ts.t, ts.url, method, path, body, want, out)
 }
 
 // expectError sends a request and checks it fails with code and reason.

@@ -2,9 +2,6 @@ package stream_test
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -55,38 +52,13 @@ func serveStore(t testing.TB, store kv.Store, local *kvtest.LocalStore, opts ...
 // do sends one request and returns status, body and headers.
 func (ts *testServer) do(method, path string, body []byte) (int, []byte, http.Header) {
 	ts.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, ts.url+path, rd)
-	if err != nil {
-		ts.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		ts.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		ts.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return resp.StatusCode, b, resp.Header
+	return kvtest.Do(ts.t, ts.url, method, path, body)
 }
 
 // doJSON sends a request, expects status want and decodes the body into out.
 func (ts *testServer) doJSON(method, path string, body []byte, want int, out any) {
 	ts.t.Helper()
-	code, b, _ := ts.do(method, path, body)
-	if code != want {
-		ts.t.Fatalf("%s %s = %d %s, want %d", method, path, code, b, want)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			ts.t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
-		}
-	}
+	kvtest.DoJSON(ts.t, ts.url, method, path, body, want, out)
 }
 
 // rawStream upgrades a plain TCP connection to the stream protocol by hand, so that
