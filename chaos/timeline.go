@@ -31,6 +31,24 @@ type Timeline struct {
 // local state and diffs consecutive revisions. Revisions that are compacted are
 // skipped (From says where the history starts).
 func ReadTimeline(ctx context.Context, cl *client.Client, to int64) (*Timeline, error) {
+	return ReadTimelineWith(ctx, to, func(ctx context.Context, r int64) (map[string]api.KV, error) {
+		kvs, err := listAll(ctx, cl, r)
+		if err != nil {
+			return nil, err
+		}
+		m := make(map[string]api.KV, len(kvs))
+		for _, kv := range kvs {
+			m[kv.Key] = kv
+		}
+		return m, nil
+	}, client.IsCompacted)
+}
+
+// ReadTimelineWith is ReadTimeline over any door: keyspaceAt reads the whole keyspace
+// at a revision (four revisions at a time), compacted tells a compacted revision's
+// error, which skips it.
+func ReadTimelineWith(ctx context.Context, to int64, keyspaceAt func(context.Context, int64) (map[string]api.KV, error),
+	compacted func(error) bool) (*Timeline, error) {
 	states := make([]map[string]api.KV, to+1)
 	var mu sync.Mutex
 	var firstErr error
@@ -42,18 +60,14 @@ func ReadTimeline(ctx context.Context, cl *client.Client, to int64) (*Timeline, 
 		go func() {
 			defer wg.Done()
 			for r := range revs {
-				kvs, err := listAll(ctx, cl, r)
+				m, err := keyspaceAt(ctx, r)
 				mu.Lock()
 				switch {
-				case client.IsCompacted(err):
+				case compacted(err):
 					compactedBelow = max(compactedBelow, r)
 				case err != nil && firstErr == nil:
-					firstErr = fmt.Errorf("list at revision %d: %w", r, err)
+					firstErr = fmt.Errorf("keyspace at revision %d: %w", r, err)
 				case err == nil:
-					m := make(map[string]api.KV, len(kvs))
-					for _, kv := range kvs {
-						m[kv.Key] = kv
-					}
 					states[r] = m
 				}
 				mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,43 +17,9 @@ import (
 // that revision), diffed into what each revision wrote (chaos.DiffStates). Revisions
 // the door says are compacted are skipped (From says where the history starts).
 func ReadTimeline(ctx context.Context, cl *clientv3.Client, to int64) (*chaos.Timeline, error) {
-	states := make([]map[string]api.KV, to+1)
-	var mu sync.Mutex
-	var firstErr error
-	compactedBelow := int64(0)
-	revs := make(chan int64)
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range revs {
-				m, err := keyspaceAt(ctx, cl, r)
-				mu.Lock()
-				switch {
-				case errors.Is(err, rpctypes.ErrCompacted):
-					compactedBelow = max(compactedBelow, r)
-				case err != nil && firstErr == nil:
-					firstErr = fmt.Errorf("range at revision %d: %w", r, err)
-				case err == nil:
-					states[r] = m
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for r := int64(1); r <= to && ctx.Err() == nil; r++ {
-		revs <- r
-	}
-	close(revs)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return chaos.DiffStates(states, compactedBelow+1, to), nil
+	return chaos.ReadTimelineWith(ctx, to, func(ctx context.Context, r int64) (map[string]api.KV, error) {
+		return keyspaceAt(ctx, cl, r)
+	}, func(err error) bool { return errors.Is(err, rpctypes.ErrCompacted) })
 }
 
 // keyspaceAt is every key an etcd client sees at revision rev.
