@@ -96,18 +96,12 @@ func (l *Layer) putObject(ctx context.Context, c kv.Caller, q request, obj map[s
 	if err != nil {
 		return nil, err
 	}
-	var stored map[string]any
-	var sv string
-	if loc.found {
-		if sv = q.r.StoredVersion(loc.cur); !q.r.HasVersion(sv) {
-			return nil, fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode; "+
-				"write it through a node that can", versions.ErrUndecodable, q.r.Key(), q.name, sv)
-		}
-		stored, _ = versions.DecodeObject(loc.cur.Value) // a garbled object is replaced, not carried over
+	stored, sv, err := storedObject(q, loc)
+	if err != nil {
+		return nil, err
 	}
 	if rev > 0 && !ks.matches(loc, rev) {
-		return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
-			kv.ErrConflict, q.r.Key(), q.name, rev)
+		return nil, revisionConflict(q, rev)
 	}
 	prep, err := q.r.PrepareWrite(obj, q.version, stored, sv, enc)
 	if err != nil {
@@ -138,8 +132,7 @@ func (l *Layer) putObject(ctx context.Context, c kv.Caller, q request, obj map[s
 			return nil, err
 		}
 		if rev > 0 {
-			return nil, fmt.Errorf("%w: %s %q: revision %d is not the object's current revision",
-				kv.ErrConflict, q.r.Key(), q.name, rev)
+			return nil, revisionConflict(q, rev)
 		}
 		return nil, errObjectChanged
 	}
@@ -148,6 +141,27 @@ func (l *Layer) putObject(ctx context.Context, c kv.Caller, q request, obj map[s
 		return nil, err
 	}
 	return &putResult{kv: item, created: !loc.found}, nil
+}
+
+// storedObject is the object stored now at loc, to carry over from, and its version
+// (nil and "" when there is none); a garbled object is replaced, not carried over. An
+// object stored in a version this node cannot decode is refused.
+func storedObject(q request, loc located) (map[string]any, string, error) {
+	if !loc.found {
+		return nil, "", nil
+	}
+	sv := q.r.StoredVersion(loc.cur)
+	if !q.r.HasVersion(sv) {
+		return nil, "", fmt.Errorf("%w: %s %q is stored in version %s, which this node's schema cannot decode; "+
+			"write it through a node that can", versions.ErrUndecodable, q.r.Key(), q.name, sv)
+	}
+	stored, _ := versions.DecodeObject(loc.cur.Value)
+	return stored, sv, nil
+}
+
+// revisionConflict: a write guarded on rev found the object at another revision.
+func revisionConflict(q request, rev int64) error {
+	return fmt.Errorf("%w: %s %q: revision %d is not the object's current revision", kv.ErrConflict, q.r.Key(), q.name, rev)
 }
 
 // lossError is the 409 Downgraded of a write that would lose values.
