@@ -14,8 +14,8 @@ import (
 // Access control. The ACL engine — the records, the rights of tokens, every right
 // decision — is package kv/acl. What stays here is the node's side: the Server keeps
 // the current acl.State (aclLoop rebuilds it when the watch hub reports a change under
-// acl.Prefix), the routes that write the records (routes_acl.go), and the one place a
-// request is authenticated (acl_routes.go). Enforcement starts when the bootstrap
+// acl.Prefix), the operations that write the records (core_acl.go), and the one place a
+// caller is authenticated (access.go). Enforcement starts when the bootstrap
 // record exists; before that, Config.ACLDefault decides: "allow" serves everything (as
 // a release without ACLs did), "deny" answers only the open routes (health, status,
 // bootstrap).

@@ -19,7 +19,7 @@ func FuzzPolicyBody(f *testing.F) {
 	f.Add(`{"name":"","operator":["root"]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var p api.ACLPolicy
-		if err := decodeJSON([]byte(body), &p); err != nil {
+		if err := DecodeJSON([]byte(body), &p); err != nil {
 			if !errors.Is(err, ErrInvalidBody) {
 				t.Fatalf("decode error %v is not ErrInvalidBody", err)
 			}

@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +131,9 @@ type countedConn struct {
 	once    sync.Once
 }
 
+// NetConn is the connection c counts (a door unwraps it to find its TLS session).
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *countedConn) Close() error {
 	c.once.Do(func() {
 		c.open.Add(-1)
@@ -179,41 +179,4 @@ func hostOf(addr string) string {
 		return host
 	}
 	return addr
-}
-
-// limitInFlight answers 429 to a request beyond MaxInFlight. Health checks, the
-// stream upgrade (its requests count one by one) and watches are not counted.
-func (s *Server) limitInFlight(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if uncounted(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		src := hostOf(r.RemoteAddr)
-		if !s.acquireRequest(src) {
-			s.writeError(w, r, s.tooManyRequests())
-			return
-		}
-		defer s.releaseRequest(src)
-		next.ServeHTTP(w, r)
-	})
-}
-
-func uncounted(r *http.Request) bool {
-	switch r.URL.Path {
-	case api.PathHealth, api.PathReady, api.PathLive, api.PathStream:
-		return true
-	}
-	return strings.HasPrefix(r.URL.Path, api.PathWatch) || hasWatchParam(r.URL.RawQuery)
-}
-
-// hasWatchParam is url.ParseQuery(raw).Has("watch") without parsing (a map and its
-// slices per request) a query that cannot hold it: one with neither "watch" nor an
-// escape in it.
-func hasWatchParam(raw string) bool {
-	if !strings.Contains(raw, "watch") && !strings.Contains(raw, "%") {
-		return false
-	}
-	q, _ := url.ParseQuery(raw)
-	return q.Has("watch")
 }

@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
@@ -45,6 +44,13 @@ func (s *Server) Authenticate(ctx context.Context, secret string) (Caller, error
 	if secret != "" {
 		header = "Bearer " + secret
 	}
+	return s.AuthenticateHeader(ctx, header)
+}
+
+// AuthenticateHeader is Authenticate for the value of an HTTP Authorization header
+// ("Bearer SECRET", "" for none): a malformed one is ErrUnauthorized, once ACLs are
+// enforced.
+func (s *Server) AuthenticateHeader(ctx context.Context, header string) (Caller, error) {
 	az, err := s.authenticate(ctx, header)
 	if err != nil {
 		return Caller{}, err
@@ -72,18 +78,19 @@ func (s *Server) ACLsEnabled(ctx context.Context) (bool, error) {
 	return st.Bootstrapped(), nil
 }
 
-// AdmitRequest takes a slot for one request in flight from the client address src ("",
-// unknown): the node's and the per-client bound every door shares. It is nil or
-// ErrTooManyRequests; ReleaseRequest(src) gives an admitted request's slot back.
-func (s *Server) AdmitRequest(src string) error {
-	if !s.acquireRequest(src) {
+// AdmitRequest takes a slot for one request in flight from the client at addr (its
+// "host:port" or host; "" when unknown): the node's and the per-client bound every
+// door shares, the client counted by host. It is nil or ErrTooManyRequests;
+// ReleaseRequest(addr) gives an admitted request's slot back.
+func (s *Server) AdmitRequest(addr string) error {
+	if !s.acquireRequest(hostOf(addr)) {
 		return s.tooManyRequests()
 	}
 	return nil
 }
 
-// ReleaseRequest gives back the slot AdmitRequest(src) took.
-func (s *Server) ReleaseRequest(src string) { s.releaseRequest(src) }
+// ReleaseRequest gives back the slot AdmitRequest(addr) took.
+func (s *Server) ReleaseRequest(addr string) { s.releaseRequest(hostOf(addr)) }
 
 // Config is the configuration the server was made with (limits, TLS, timeouts).
 func (s *Server) Config() Config { return s.cfg }
@@ -144,22 +151,24 @@ func (s *Server) RequestContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
 }
 
-// errNoRule is a route pattern without a rule a door-neutral call can apply.
-func errNoRule(pattern string) error {
-	return fmt.Errorf("%w: route %q has no access rule this API can apply", ErrForbidden, pattern)
+// CheckRight is nil when c holds the operator right (api.Right*: compact, members,
+// peers, snapshot, acl, ...) or ACLs are not enforced, and acl.ForbiddenRight
+// otherwise. The core's operator methods call it; a door calls it only for an
+// operation the core does not serve (the agent's operator routes).
+func (s *Server) CheckRight(c Caller, right string) error { return checkRight(c.az, right) }
+
+func checkRight(az *acl.Authorizer, right string) error {
+	if az != nil && !az.Right(right) {
+		return acl.ForbiddenRight(right)
+	}
+	return nil
 }
 
-// routeRight checks az against the access rule of an HTTP route pattern whose rule
-// needs no path value (an operator right, a lease right): a core operation that does
-// what the route does takes the same rule. A pattern without a rule is refused (fail
-// closed, as an unregistered route is).
-func routeRight(az *acl.Authorizer, pattern string) error {
-	if az == nil {
-		return nil
+// leaderContact is nil while the node has leader contact (always, for a store that
+// cannot lose it), and says why not otherwise.
+func (s *Server) leaderContact() error {
+	if lc, ok := s.store.(interface{ LeaderContact() error }); ok {
+		return lc.LeaderContact()
 	}
-	rule, ok := routeRules[pattern]
-	if !ok || rule.kind == ruleObjects {
-		return errNoRule(pattern)
-	}
-	return checkRule(rule, az, nil)
+	return nil
 }

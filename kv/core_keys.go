@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
 // The core's single-key operations and keel's wire forms (see core.go), shared by the
-// HTTP routes and the stream protocol: api.KV, api.TxnResponse, api.Error.
+// doors: api.KV, api.TxnResponse, api.Error.
 
 // CheckKey accepts non-empty UTF-8 keys of at most MaxKeyBytes bytes (ErrInvalidKey):
 // what every key of every operation is checked against.
@@ -30,16 +31,29 @@ func (s *Server) Get(ctx context.Context, c Caller, key string, rev int64, cons 
 // checked against the limits; c needs the write right on the key; keys keel reserves
 // are refused.
 func (s *Server) Put(ctx context.Context, c Caller, key string, value []byte, prev, lease int64) (int64, error) {
-	if err := s.lim.checkKey(key); err != nil {
+	if err := s.CheckPut(c, key, lease); err != nil {
 		return 0, err
 	}
 	if err := s.lim.checkValue(len(value)); err != nil {
 		return 0, err
 	}
-	if err := checkLeaseRef(lease); err != nil {
-		return 0, err
-	}
 	return s.putKey(c.context(ctx), key, value, prev, lease)
+}
+
+// CheckPut is what Put checks before it looks at the value: the key, the lease it
+// names, c's write right on the key. A door that reads the value off the wire calls
+// it first, so that a refused write's value is never read into memory.
+func (s *Server) CheckPut(c Caller, key string, lease int64) error {
+	if err := s.lim.checkKey(key); err != nil {
+		return err
+	}
+	if err := checkLeaseRef(lease); err != nil {
+		return err
+	}
+	if c.az != nil && !c.az.Key([]byte(key), true) {
+		return acl.ForbiddenKey([]byte(key), true)
+	}
+	return nil
 }
 
 // Delete deletes key (every key with that prefix when prefix), only if its mod
@@ -61,11 +75,6 @@ func TxnResponse(res *fsm.Result) api.TxnResponse { return txnResponse(res) }
 
 // APIKV is a state machine key in its wire form.
 func APIKV(kv fsm.KeyValue) api.KV { return toAPI(kv) }
-
-// WireError is keel's one error table (errors.go) in its wire form: the status code,
-// reason and message of err, for the HTTP routes and the stream protocol alike. write
-// says the request could have changed state (an unknown outcome is then said so).
-func WireError(err error, write bool) api.Error { return errorBody(err, write) }
 
 // The single-key operations behind Get, Put and Delete; the key has been checked
 // against the limits.

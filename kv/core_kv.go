@@ -162,20 +162,18 @@ func (s *Server) Range(ctx context.Context, c Caller, r RangeRequest) (RangeResu
 	return res, nil
 }
 
-// Compact compacts history up to rev, for a caller with the compact right (POST
-// /v1/compact's rule).
+// Compact compacts history up to rev, for a caller with the compact right.
 func (s *Server) Compact(ctx context.Context, c Caller, rev int64) (*fsm.Result, error) {
-	if err := routeRight(c.az, "POST "+api.PathCompact); err != nil {
+	if err := checkRight(c.az, api.RightCompact); err != nil {
 		return nil, err
 	}
 	return s.compact(ctx, rev)
 }
 
 // Members returns the node's Raft state (its members) and a linearizable view to read
-// their records from, for a caller with the members right (GET /v1/agent/members's
-// rule).
+// their records from, for a caller with the members right.
 func (s *Server) Members(ctx context.Context, c Caller) (raft.Status, *fsm.View, error) {
-	if err := routeRight(c.az, "GET "+api.PathAgentMembers); err != nil {
+	if err := checkRight(c.az, api.RightMembers); err != nil {
 		return raft.Status{}, nil, err
 	}
 	v, err := s.viewAt(ctx, fsm.Linearizable, 0)
@@ -186,10 +184,10 @@ func (s *Server) Members(ctx context.Context, c Caller) (raft.Status, *fsm.View,
 }
 
 // StateView returns a view of the node's whole state (serializable), for a caller
-// with the snapshot right (GET /v1/agent/snapshot's rule): what a snapshot or a hash
+// with the snapshot right: what a snapshot or a hash
 // of the state reads.
 func (s *Server) StateView(ctx context.Context, c Caller) (*fsm.View, error) {
-	if err := routeRight(c.az, "GET "+api.PathAgentSnapshot); err != nil {
+	if err := checkRight(c.az, api.RightSnapshot); err != nil {
 		return nil, err
 	}
 	return s.store.View(ctx, fsm.Serializable)

@@ -28,10 +28,9 @@ func leaseFormatError(err error) error {
 	return err
 }
 
-// The lease operations below serve both the HTTP routes and the stream protocol's
-// lease ops (kv/stream, through core_kv.go); every rule on leases is here, once. Each checks the lease
-// right itself: the HTTP routes' rule (ruleAnyWrite) has already, a stream carries
-// its token in ctx.
+// The lease operations below serve every door (through core_kv.go's Lease* methods);
+// every rule on leases is here, once, the lease right included (leaseRight: a write
+// right on some key prefix), checked for the caller in ctx.
 //
 // Rights on a lease follow its keys, as etcd's do (checkLeaseTimeToLive,
 // checkLeasePuts): a lease is anyone's who may write some key, but

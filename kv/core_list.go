@@ -8,8 +8,7 @@ import (
 )
 
 // The core's paged list (see core.go): one page of the keys under a prefix, resumed by
-// continue tokens that are valid on every node (routes_list.go's handleList tells how
-// pages are read).
+// continue tokens that are valid on every node (list.go reads the pages).
 
 // RevisionMatch says how a list's Revision is matched (Kubernetes' resourceVersionMatch
 // for raw lists).

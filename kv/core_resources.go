@@ -162,8 +162,8 @@ type ObjectWatch interface {
 // SetObjectAPI makes o serve the typed routes under /apis (before serving).
 func (s *Server) SetObjectAPI(o ObjectAPI) { s.objects.Store(&o) }
 
-// objectAPI is the attached typed layer, nil before SetObjectAPI.
-func (s *Server) objectAPI() ObjectAPI {
+// Objects is the attached typed layer, nil before SetObjectAPI.
+func (s *Server) Objects() ObjectAPI {
 	if p := s.objects.Load(); p != nil {
 		return *p
 	}

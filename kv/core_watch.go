@@ -35,6 +35,35 @@ const (
 // MinWatchProgress is the shortest interval of progress notifications a watch may ask.
 const MinWatchProgress = minWatchProgress
 
+// ParseWatchProgress parses a watch's progress interval as a door receives it ("5s";
+// "" is none: 0) and holds it to its bounds, for the KV and the typed watches alike.
+func ParseWatchProgress(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, progressError(v)
+	}
+	if err := checkWatchProgress(d); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+// checkWatchProgress holds a progress interval (0: none) to its bounds.
+func checkWatchProgress(d time.Duration) error {
+	if d != 0 && (d < minWatchProgress || d > maxWatchProgress) {
+		return progressError(d.String())
+	}
+	return nil
+}
+
+func progressError(v string) error {
+	return fmt.Errorf("%w: %s=%q: want a duration between %v and %v",
+		ErrInvalidParam, api.ParamProgress, v, minWatchProgress, maxWatchProgress)
+}
+
 // WatchSpec is a watch request CheckWatch accepted, ready to open.
 type WatchSpec struct {
 	q      watchReq
@@ -156,10 +185,6 @@ func (w *Watch) RightsLost() error {
 // Close ends the watch and gives back its slot.
 func (w *Watch) Close() { w.done() }
 
-// WatchEnd is the end event of a watch that ended with err, in keel's wire form (the
-// reason a client acts on, and the revisions it resumes from).
-func WatchEnd(err error) api.WatchEvent { return endLine(err) }
-
 // Watches is the number of watches the node serves now, through every door.
 func (s *Server) Watches() int64 { return s.watches.Load() }
 
@@ -194,9 +219,8 @@ func (s *Server) newWatchReq(key string, prefix bool, start int64, prevKV bool, 
 		return q, fmt.Errorf("%w: %s %d is negative", ErrInvalidParam, api.ParamStartRevision, start)
 	}
 	q.opts.StartRevision = start
-	if progress != 0 && (progress < minWatchProgress || progress > maxWatchProgress) {
-		return q, fmt.Errorf("%w: %s=%v: want a duration between %v and %v",
-			ErrInvalidParam, api.ParamProgress, progress, minWatchProgress, maxWatchProgress)
+	if err := checkWatchProgress(progress); err != nil {
+		return q, err
 	}
 	q.opts.Buffer = s.cfg.WatchBuffer
 	return q, nil

@@ -42,7 +42,7 @@ func TestEngineErrorsKeepTheirAnswers(t *testing.T) {
 		{badToken, 400, api.ReasonInvalidContinueToken, `kv: invalid continue token: not base64url`},
 	}
 	for i, tt := range tests {
-		b := errorBody(tt.err, false)
+		b := WireError(tt.err, false)
 		if b.Code != tt.code || b.Reason != tt.reason || b.Message != tt.message {
 			t.Errorf("#%d: %d %s %q,\nwant %d %s %q", i, b.Code, b.Reason, b.Message, tt.code, tt.reason, tt.message)
 		}

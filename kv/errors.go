@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/acl"
@@ -69,6 +68,10 @@ func (e *expiredError) Unwrap() error { return e.err }
 // decides statuses; order matters where sentinels could overlap.
 func classify(err error) (code int, reason string) {
 	switch {
+	case errors.Is(err, fsm.ErrSlowWatcher):
+		return http.StatusServiceUnavailable, api.ReasonSlowWatcher
+	case errors.Is(err, fsm.ErrWatchRestored):
+		return http.StatusGone, api.ReasonRestored
 	case errors.Is(err, ErrInvalidContinueToken):
 		return http.StatusBadRequest, api.ReasonInvalidContinueToken
 	case errors.Is(err, ErrTooLargeResourceVersion):
@@ -129,21 +132,23 @@ func classify(err error) (code int, reason string) {
 	return http.StatusInternalServerError, api.ReasonInternal
 }
 
-// writeError answers err as an api.Error with the status classify picks.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	body := errorBody(err, r.Method != http.MethodGet)
-	switch body.Code {
-	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter.Seconds())))
-	case http.StatusInternalServerError:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+// WatchEnd is the end event of a watch that ended with err, in keel's wire form for
+// every door: the reason classify gives err (the one a client acts on) and the
+// revisions it resumes from.
+func WatchEnd(err error) api.WatchEvent {
+	line := api.WatchEvent{Type: api.EventEnd, Message: err.Error()}
+	var werr *fsm.WatchError
+	if errors.As(err, &werr) {
+		line.Revision, line.CompactRevision = werr.LastRevision, werr.CompactRevision
 	}
-	writeJSON(w, body.Code, body)
+	_, line.Reason = classify(err)
+	return line
 }
 
-// errorBody is the api.Error answering err; write says whether the request could
-// have changed state (then a 503/504 says the outcome is unknown).
-func errorBody(err error, write bool) api.Error {
+// WireError is keel's one error table (classify) in its wire form, for every door:
+// the status code, reason and message of err. write says the request could have
+// changed state (then a 503/504 says the outcome is unknown).
+func WireError(err error, write bool) api.Error {
 	code, reason := classify(err)
 	body := api.Error{Code: code, Reason: reason, Message: err.Error()}
 	var expired *expiredError

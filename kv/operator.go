@@ -13,8 +13,7 @@ import (
 // reach beyond the replicated state: the Raft membership, saved snapshots and the data
 // directory. The agent implements it and hands it over with SetOperator before
 // serving; until then those actions answer ErrNotReady. Its methods are called
-// concurrently; they check no right (the core does, with the rule of the HTTP route
-// that does the same).
+// concurrently; they check no right (the core does: CheckRight).
 type Operator interface {
 	// RemoveMember removes node id from the Raft configuration for good (with TLS its
 	// certificates are revoked), as DELETE /v1/agent/peers/ID does: ErrNotMember when
@@ -59,10 +58,10 @@ func (s *Server) DataSize() (int64, error) {
 }
 
 // RemoveMember removes node id from the Raft configuration for c, who needs the peers
-// right (DELETE /v1/agent/peers/ID's rule); the right is checked before anything is
+// right; the right is checked before anything is
 // looked up. An id that is not a member ("" included) is ErrNotMember.
 func (s *Server) RemoveMember(ctx context.Context, c Caller, id string) error {
-	if err := routeRight(c.az, "DELETE "+api.PathAgentPeers+"{id}"); err != nil {
+	if err := checkRight(c.az, api.RightPeers); err != nil {
 		return err
 	}
 	op, err := s.operatorOf()
@@ -73,9 +72,9 @@ func (s *Server) RemoveMember(ctx context.Context, c Caller, id string) error {
 }
 
 // SaveEtcdSnapshot writes a saved snapshot in its etcd envelope (Operator) to w for c,
-// who needs the snapshot right (GET /v1/agent/snapshot's rule).
+// who needs the snapshot right.
 func (s *Server) SaveEtcdSnapshot(ctx context.Context, c Caller, w io.Writer) error {
-	if err := routeRight(c.az, "GET "+api.PathAgentSnapshot); err != nil {
+	if err := checkRight(c.az, api.RightSnapshot); err != nil {
 		return err
 	}
 	op, err := s.operatorOf()

@@ -12,10 +12,10 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// decodeJSON decodes exactly one JSON object from body into v, rejecting unknown
+// DecodeJSON decodes exactly one JSON object from body into v, rejecting unknown
 // fields, trailing data, a null body, and strings that are not valid UTF-8 (which
 // encoding/json would silently turn into U+FFFD).
-func decodeJSON(body []byte, v any) error {
+func DecodeJSON(body []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
 		return fmt.Errorf("%w: the body is null, want a JSON object", ErrInvalidBody)
 	}
@@ -37,7 +37,7 @@ func decodeJSON(body []byte, v any) error {
 // limits.txn).
 func decodeTxn(body []byte, lim limits) (*fsm.Txn, error) {
 	var req api.TxnRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := DecodeJSON(body, &req); err != nil {
 		return nil, err
 	}
 	return lim.txn(req)

@@ -17,6 +17,7 @@ import (
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/kv/stream"
 	"github.com/keel-kv/keel/raft"
@@ -49,10 +50,11 @@ func newFixture(t testing.TB, opts ...func(*kv.Config)) *fixture {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := kv.NewServer(cfg, store, nil)
+	core, err := kv.NewServer(cfg, store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

@@ -16,6 +16,7 @@ import (
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/kv/stream"
 	"github.com/keel-kv/keel/raft"
@@ -27,10 +28,11 @@ import (
 func oldStreamNode(t *testing.T) *fixture {
 	t.Helper()
 	store := kvtest.New()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != api.PathStream {
@@ -232,10 +234,11 @@ func TestStreamRetries(t *testing.T) {
 // the client uses HTTP for it, and the answers are the same.
 func TestStreamFallsBackToHTTP(t *testing.T) {
 	store := kvtest.New()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == api.PathStream {
@@ -270,10 +273,11 @@ func TestStreamFallsBackToHTTP(t *testing.T) {
 // it, then closes the stream; the next request finds the node gone.
 func TestStreamShutdown(t *testing.T) {
 	store := kvtest.New()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/kv/stream"
 )
@@ -183,10 +184,11 @@ func TestStreamWatchSlowConsumer(t *testing.T) {
 // stream client's watch over HTTP.
 func TestStreamWatchFallsBackToHTTP(t *testing.T) {
 	store := kvtest.New()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == api.PathStream {

@@ -119,7 +119,7 @@ func (l etcdLease) keepAliveOnce(ctx context.Context, id int64) (*pb.LeaseKeepAl
 	if err != nil {
 		return nil, err
 	}
-	src := peerHost(ctx)
+	src := peerAddr(ctx)
 	if err := l.e.core.AdmitRequest(src); err != nil {
 		return nil, err
 	}

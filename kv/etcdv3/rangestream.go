@@ -33,7 +33,7 @@ func (k etcdKV) RangeStream(r *pb.RangeRequest, ss grpc.ServerStreamingServer[pb
 	}
 	// A request as a unary Range is: it takes a slot of the client's and the node's
 	// bound, and each read is bounded by the request timeout.
-	src := peerHost(ss.Context())
+	src := peerAddr(ss.Context())
 	if err := k.e.core.AdmitRequest(src); err != nil {
 		return err
 	}

@@ -216,7 +216,7 @@ func (e *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err != nil {
 		return nil, err
 	}
-	src := peerHost(ctx)
+	src := peerAddr(ctx)
 	if err := e.core.AdmitRequest(src); err != nil {
 		return nil, etcdError(err)
 	}
@@ -327,13 +327,10 @@ func hasLeaderMD(ctx context.Context) bool {
 	return strings.EqualFold(firstIncoming(ctx, rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)
 }
 
-// peerHost is the IP address of the gRPC peer of ctx ("" when unknown), for the
-// per-client request bound.
-func peerHost(ctx context.Context) string {
+// peerAddr is the address of the gRPC peer of ctx ("" when unknown), for the
+// per-client request bound (the core counts clients by host).
+func peerAddr(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-			return host
-		}
 		return p.Addr.String()
 	}
 	return ""

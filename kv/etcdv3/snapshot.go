@@ -20,7 +20,7 @@ const snapshotChunk = 32 << 10
 // remaining_bytes is 0; etcd's client reads to the end of the stream.
 func (m etcdMaintenance) Snapshot(_ *pb.SnapshotRequest, ss grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
 	ctx := ss.Context()
-	src := peerHost(ctx)
+	src := peerAddr(ctx)
 	if err := m.e.core.AdmitRequest(src); err != nil {
 		return err
 	}

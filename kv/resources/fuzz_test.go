@@ -13,7 +13,7 @@ import (
 // metadata.downgraded, which PrepareWrite either refuses (ErrConversion) or stores in
 // a form that reads back in every served version.
 func FuzzResourceObject(f *testing.F) {
-	s, err := versions.LoadSchema("../testdata/widgets-v1v2.yaml")
+	s, err := versions.LoadSchema("../httpapi/testdata/widgets-v1v2.yaml")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/kv/internal/rightstest"
 	"github.com/keel-kv/keel/kv/resources"
@@ -22,7 +23,7 @@ import (
 
 // The layer's tests call its Go methods directly, as a door would, over a real server
 // (kv.Server over kvtest's fsm store, served on 127.0.0.1 for the ACL records) with
-// the schema of kv/testdata/widgets-v1v2.yaml: widgets in apps/v1 and apps/v2.
+// the schema of kv/httpapi/testdata/widgets-v1v2.yaml: widgets in apps/v1 and apps/v2.
 
 // leading is the store as the versions manager sees it: always the leader.
 type leading struct{ *kvtest.LeadingStore }
@@ -44,7 +45,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := versions.LoadSchema("../testdata/widgets-v1v2.yaml")
+	schema, err := versions.LoadSchema("../httpapi/testdata/widgets-v1v2.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,11 +59,12 @@ func newFixture(t *testing.T) *fixture {
 	m.Reconcile(context.Background())
 	ln := rightstest.Listen(t)
 	f.addr = ln.Addr().String()
-	go srv.Serve(ln)
+	door := httpapi.New(srv)
+	go door.Serve(ln)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		door.Shutdown(ctx)
 	})
 	var boot api.ACLToken
 	f.do(t, "", http.MethodPost, api.PathACLBootstrap, nil, &boot)

@@ -55,7 +55,7 @@ type streamConn struct {
 // upgrade request.
 func (d *Door) newStreamConn(conn net.Conn, br *bufio.Reader, caller kv.Caller) *streamConn {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &streamConn{d: d, caller: caller, conn: conn, src: sourceOf(conn), br: br, ctx: ctx, cancel: cancel,
+	c := &streamConn{d: d, caller: caller, conn: conn, src: conn.RemoteAddr().String(), br: br, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, d.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest),
 		flush: make(chan struct{}, 1), bw: bufio.NewWriterSize(conn, streamBufSize)}
 	d.mu.Lock()
@@ -70,15 +70,6 @@ func (d *Door) newStreamConn(conn net.Conn, br *bufio.Reader, caller kv.Caller) 
 	d.conns[c] = struct{}{}
 	d.wg.Add(1)
 	return c
-}
-
-// sourceOf is the IP address of a connection's peer, for the per-client request bound.
-func sourceOf(c net.Conn) string {
-	addr := c.RemoteAddr().String()
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
-	}
-	return addr
 }
 
 func (c *streamConn) serve() {

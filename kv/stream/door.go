@@ -14,6 +14,7 @@ import (
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -33,12 +34,14 @@ type Door struct {
 	wg     sync.WaitGroup // one per registered connection
 }
 
-// Attach makes d serve the stream protocol of core (kv.Server.SetStreamDoor) and
-// returns it. Attach before kv.Server.EnableMetrics, which registers the door's
+// Attach makes a door serve the stream protocol on the connections the HTTP door h
+// upgrades from GET /v1/stream (httpapi.Server.SetStreamDoor), over h's core, and
+// returns it. Attach before httpapi.Server.EnableMetrics, which registers the door's
 // metrics too.
-func Attach(core *kv.Server) *Door {
+func Attach(h *httpapi.Server) *Door {
+	core := h.Core()
 	d := &Door{core: core, cfg: core.Config(), metrics: newMetrics()}
-	core.SetStreamDoor(d)
+	h.SetStreamDoor(d)
 	return d
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/kv/stream"
 )
@@ -21,7 +22,8 @@ import (
 type testServer struct {
 	t     testing.TB
 	store *kvtest.LocalStore
-	srv   *kv.Server
+	srv   *kv.Server      // the core
+	door  *httpapi.Server // the HTTP door the stream upgrades from
 	url   string
 }
 
@@ -39,14 +41,15 @@ func serveStore(t testing.TB, store kv.Store, local *kvtest.LocalStore, opts ...
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := kv.NewServer(cfg, store, nil)
+	core, err := kv.NewServer(cfg, store, nil)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &testServer{t: t, store: local, srv: srv, url: hs.URL}
+	return &testServer{t: t, store: local, srv: core, door: srv, url: hs.URL}
 }
 
 // do sends one request and returns status, body and headers.

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // frame wraps body in a length prefix.
@@ -87,13 +88,13 @@ func TestStreamAnswersOutOfOrder(t *testing.T) {
 	}
 }
 
-// TestStreamMetrics: the door's metrics, which kv.Server.EnableMetrics registers once
+// TestStreamMetrics: the door's metrics, which httpapi.Server.EnableMetrics registers once
 // the door is attached, count each stream request by op and status (kills: the
 // collectors not handed to EnableMetrics, or requests not observed once registered).
 func TestStreamMetrics(t *testing.T) {
 	ts := newTestServer(t)
 	reg := prometheus.NewRegistry()
-	if err := ts.srv.EnableMetrics(reg); err != nil {
+	if err := ts.door.EnableMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	conn, br := rawStream(t, ts)

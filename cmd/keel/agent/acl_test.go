@@ -14,6 +14,7 @@ import (
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
+	"github.com/keel-kv/keel/kv/httpapi"
 )
 
 // aclAgent starts one real node (raft over TCP, HTTP, the widgets schema) with
@@ -232,7 +233,7 @@ func TestACLRouteTable(t *testing.T) {
 		secrets[col] = tok.SecretID
 	}
 
-	routes := a.server.Routes()
+	routes := a.httpd.Routes()
 	var last string
 	for _, pattern := range routes {
 		r, ok := aclRoutes[pattern]
@@ -244,7 +245,7 @@ func TestACLRouteTable(t *testing.T) {
 					break
 				}
 			}
-		} else if !kv.RouteHasRule(pattern) && pattern != "/" {
+		} else if !httpapi.RouteHasRule(pattern) && pattern != "/" {
 			t.Errorf("route %q has no access rule", pattern)
 		}
 		if !ok {

@@ -7,11 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keel-kv/keel/internal/buildinfo"
-	"github.com/keel-kv/keel/internal/tracing"
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/internal/tracing"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/etcdv3"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/stream"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
@@ -35,7 +37,8 @@ type Agent struct {
 	// compactor reclaims the store's compacted history (local work, not replicated).
 	compactor *fsm.Compactor
 	node      *raft.Node
-	server    *kv.Server
+	server    *kv.Server // the service core
+	httpd     *httpapi.Server
 	ln        net.Listener
 	// etcd serves the etcd v3 API on etcdLn; nil when Config.EtcdAddr is empty.
 	etcd    *etcdv3.Server
@@ -159,7 +162,8 @@ func (a *Agent) start(ctx context.Context) error {
 	if a.server, err = kv.NewServer(kcfg, a.node, a.log.Named("http")); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
-	stream.Attach(a.server)
+	a.httpd = httpapi.New(a.server)
+	stream.Attach(a.httpd)
 	if cfg.MaxCommandFormat > 0 {
 		// Simulates a node of an older release: it announces only the formats it applies.
 		a.node.SetCommandFormatLimit(byte(cfg.MaxCommandFormat))
@@ -170,7 +174,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	a.serving = true
-	go func() { a.serveErr <- a.server.Serve(ln) }()
+	go func() { a.serveErr <- a.httpd.Serve(ln) }()
 	if err := a.startEtcd(); err != nil {
 		return err
 	}
@@ -269,8 +273,8 @@ func (a *Agent) Close(ctx context.Context) error {
 	} else if a.etcdLn != nil {
 		a.etcdLn.Close()
 	}
-	if a.server != nil {
-		if err := a.server.Shutdown(ctx); err != nil {
+	if a.httpd != nil {
+		if err := a.httpd.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("shutdown http: %w", err))
 		}
 	}

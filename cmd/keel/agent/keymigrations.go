@@ -30,10 +30,10 @@ import (
 //	POST /v1/keymigrations/{name}/advance   {"to":N,"by":WHO}: one phase forward
 //	POST /v1/keymigrations/{name}/rollback  {"to":N,"by":WHO}: back to phase N
 func (a *Agent) registerKeyMigrationRoutes() {
-	a.server.Handle("GET "+api.PathKeyMigrations, http.HandlerFunc(a.handleKeyMigrations))
-	a.server.Handle("GET "+api.PathKeyMigrations+"/{name}", http.HandlerFunc(a.handleKeyMigration))
-	a.server.Handle("POST "+api.PathKeyMigrations+"/{name}/advance", http.HandlerFunc(a.handleKeyTransition))
-	a.server.Handle("POST "+api.PathKeyMigrations+"/{name}/rollback", http.HandlerFunc(a.handleKeyTransition))
+	a.httpd.Handle("GET "+api.PathKeyMigrations, http.HandlerFunc(a.handleKeyMigrations))
+	a.httpd.Handle("GET "+api.PathKeyMigrations+"/{name}", http.HandlerFunc(a.handleKeyMigration))
+	a.httpd.Handle("POST "+api.PathKeyMigrations+"/{name}/advance", http.HandlerFunc(a.handleKeyTransition))
+	a.httpd.Handle("POST "+api.PathKeyMigrations+"/{name}/rollback", http.HandlerFunc(a.handleKeyTransition))
 }
 
 // keyMembers is every member as gossip shows it (left members aside). Without gossip

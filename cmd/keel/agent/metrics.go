@@ -23,7 +23,7 @@ func (a *Agent) enableMetrics() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		versionsCollector{a}, migrationsCollector{a},
 		keyMigrationsCollector{a})
-	if err := a.server.EnableMetrics(reg); err != nil {
+	if err := a.httpd.EnableMetrics(reg); err != nil {
 		return err
 	}
 	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Registerer: reg, Expiration: time.Minute})
@@ -48,7 +48,7 @@ func (a *Agent) enableMetrics() error {
 		cs.run(ctx, time.Second)
 	}()
 	a.stopMetrics = func() { cancel(); wg.Wait() }
-	a.server.Handle("GET "+api.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	a.httpd.Handle("GET "+api.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return nil
 }
 

@@ -25,11 +25,11 @@ import (
 //	GET    /v1/migrations/settings            the cluster-wide settings {"auto","rate"}
 //	PUT    /v1/migrations/settings            replace them
 func (a *Agent) registerMigrationRoutes() {
-	a.server.Handle("GET "+api.PathMigrations, http.HandlerFunc(a.handleMigrations))
-	a.server.Handle("POST "+api.PathMigrations, http.HandlerFunc(a.handleStartMigration))
-	a.server.Handle("DELETE "+api.PathMigrations+"/{group}/{resource}", http.HandlerFunc(a.handleAbortMigration))
-	a.server.Handle("GET "+api.PathMigrationSettings, http.HandlerFunc(a.handleMigrationSettings))
-	a.server.Handle("PUT "+api.PathMigrationSettings, http.HandlerFunc(a.handlePutMigrationSettings))
+	a.httpd.Handle("GET "+api.PathMigrations, http.HandlerFunc(a.handleMigrations))
+	a.httpd.Handle("POST "+api.PathMigrations, http.HandlerFunc(a.handleStartMigration))
+	a.httpd.Handle("DELETE "+api.PathMigrations+"/{group}/{resource}", http.HandlerFunc(a.handleAbortMigration))
+	a.httpd.Handle("GET "+api.PathMigrationSettings, http.HandlerFunc(a.handleMigrationSettings))
+	a.httpd.Handle("PUT "+api.PathMigrationSettings, http.HandlerFunc(a.handlePutMigrationSettings))
 }
 
 // handleMigrations serves GET /v1/migrations: every stored migration record (read

@@ -25,19 +25,19 @@ import (
 type MemberInfo = api.MemberInfo
 
 func (a *Agent) registerOperatorRoutes() {
-	a.server.Handle("POST "+api.PathAgentLeave, http.HandlerFunc(a.handleLeave))
-	a.server.Handle("GET "+api.PathAgentMembers, http.HandlerFunc(a.handleMembers))
-	a.server.Handle("DELETE "+api.PathAgentPeers+"{id}", http.HandlerFunc(a.handleRemovePeer))
-	a.server.Handle("POST "+api.PathAgentTransferLeader, http.HandlerFunc(a.handleTransferLeader))
-	a.server.Handle("GET "+api.PathAgentSnapshot, http.HandlerFunc(a.handleSnapshotSave))
-	a.server.Handle("POST "+api.PathAgentSnapshot, http.HandlerFunc(a.handleSnapshotRestore))
-	a.server.Handle("GET "+api.PathVersions, http.HandlerFunc(a.handleVersions))
-	a.server.Handle("PUT "+api.PathAgentSchema, http.HandlerFunc(a.handleApplySchema))
+	a.httpd.Handle("POST "+api.PathAgentLeave, http.HandlerFunc(a.handleLeave))
+	a.httpd.Handle("GET "+api.PathAgentMembers, http.HandlerFunc(a.handleMembers))
+	a.httpd.Handle("DELETE "+api.PathAgentPeers+"{id}", http.HandlerFunc(a.handleRemovePeer))
+	a.httpd.Handle("POST "+api.PathAgentTransferLeader, http.HandlerFunc(a.handleTransferLeader))
+	a.httpd.Handle("GET "+api.PathAgentSnapshot, http.HandlerFunc(a.handleSnapshotSave))
+	a.httpd.Handle("POST "+api.PathAgentSnapshot, http.HandlerFunc(a.handleSnapshotRestore))
+	a.httpd.Handle("GET "+api.PathVersions, http.HandlerFunc(a.handleVersions))
+	a.httpd.Handle("PUT "+api.PathAgentSchema, http.HandlerFunc(a.handleApplySchema))
 	a.registerMigrationRoutes()
 	a.registerKeyMigrationRoutes()
 	// /livez: the process is up and serving (Kubernetes' liveness probe); /readyz says
 	// whether it can serve the API.
-	a.server.Handle("GET "+api.PathLive, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	a.httpd.Handle("GET "+api.PathLive, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeAgentJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/keel-kv/keel/internal/freeport"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/kv/stream"
 )
@@ -66,10 +67,11 @@ func New(t *testing.T) *Fixture {
 // until the test ends.
 func serve(t *testing.T, store kv.Store) (*kv.Server, string) {
 	t.Helper()
-	srv, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httpapi.New(core)
 	stream.Attach(srv)
 	ln := Listen(t)
 	done := make(chan error, 1)
@@ -80,7 +82,7 @@ func serve(t *testing.T, store kv.Store) (*kv.Server, string) {
 		srv.Shutdown(ctx)
 		<-done
 	})
-	return srv, ln.Addr().String()
+	return core, ln.Addr().String()
 }
 
 // Listen is a listener on a free loopback port (internal/freeport).

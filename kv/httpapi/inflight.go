@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// limitInFlight answers 429 to a request beyond MaxInFlight. Health checks, the
+// stream upgrade (its requests count one by one) and watches are not counted.
+func (s *Server) limitInFlight(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if uncounted(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := s.core.AdmitRequest(r.RemoteAddr); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		defer s.core.ReleaseRequest(r.RemoteAddr)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func uncounted(r *http.Request) bool {
+	switch r.URL.Path {
+	case api.PathHealth, api.PathReady, api.PathLive, api.PathStream:
+		return true
+	}
+	return strings.HasPrefix(r.URL.Path, api.PathWatch) || hasWatchParam(r.URL.RawQuery)
+}
+
+// hasWatchParam is url.ParseQuery(raw).Has("watch") without parsing (a map and its
+// slices per request) a query that cannot hold it: one with neither "watch" nor an
+// escape in it.
+func hasWatchParam(raw string) bool {
+	if !strings.Contains(raw, "watch") && !strings.Contains(raw, "%") {
+		return false
+	}
+	q, _ := url.ParseQuery(raw)
+	return q.Has("watch")
+}

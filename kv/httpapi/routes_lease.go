@@ -1,0 +1,126 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// leaseRoutes registers /v1/leases (see api.PathLeases).
+func (s *Server) leaseRoutes() {
+	s.route(api.PathLeases, map[string]handlerFunc{
+		http.MethodPost: s.handleLeaseGrant,
+		http.MethodGet:  s.handleLeaseList,
+	})
+	s.route(api.PathLeases+"/{id}", map[string]handlerFunc{
+		http.MethodGet:    s.handleLeaseGet,
+		http.MethodDelete: s.handleLeaseRevoke,
+	})
+	s.route(api.PathLeases+"/{id}/keepalive", map[string]handlerFunc{http.MethodPost: s.handleLeaseKeepAlive})
+}
+
+// leaseID parses the {id} path value.
+func leaseID(r *http.Request) (int64, error) {
+	v := r.PathValue("id")
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: lease ID %q must be an integer in [1, %d]", kv.ErrInvalidParam, v, int64(api.MaxLeaseID))
+	}
+	return id, nil // the core checks its range
+}
+
+// handleLeaseGrant serves POST /v1/leases.
+func (s *Server) handleLeaseGrant(w http.ResponseWriter, r *http.Request) error {
+	var req api.LeaseGrantRequest
+	if err := decodeJSONBody(w, r, s.cfg.MaxTxnBodyBytes, "lease grant body", "lease grant", &req); err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	id, err := s.core.LeaseGrant(ctx, callerOf(r), req.ID, req.TTL)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.LeaseGrantResponse{ID: id, TTL: req.TTL})
+	return nil
+}
+
+// leaseIDParam checks a lease route's query parameters and parses its {id}.
+func leaseIDParam(r *http.Request) (int64, error) {
+	if _, err := parseParams(r); err != nil {
+		return 0, err
+	}
+	return leaseID(r)
+}
+
+// handleLeaseRevoke serves DELETE /v1/leases/{id}.
+func (s *Server) handleLeaseRevoke(w http.ResponseWriter, r *http.Request) error {
+	id, err := leaseIDParam(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	resp, err := s.core.LeaseRevoke(ctx, callerOf(r), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleLeaseKeepAlive serves POST /v1/leases/{id}/keepalive; the leader answers.
+func (s *Server) handleLeaseKeepAlive(w http.ResponseWriter, r *http.Request) error {
+	id, err := leaseIDParam(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	left, err := s.core.LeaseKeepAlive(ctx, callerOf(r), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.LeaseKeepAliveResponse{ID: id, TTL: int64(left / time.Second), TTLMillis: left.Milliseconds()})
+	return nil
+}
+
+// handleLeaseGet serves GET /v1/leases/{id}.
+func (s *Server) handleLeaseGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := leaseIDParam(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	resp, err := s.core.LeaseTimeToLive(ctx, callerOf(r), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleLeaseList serves GET /v1/leases.
+func (s *Server) handleLeaseList(w http.ResponseWriter, r *http.Request) error {
+	p, err := parseParams(r, api.ParamConsistency)
+	if err != nil {
+		return err
+	}
+	cons, err := p.consistency()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	resp, err := s.core.Leases(ctx, callerOf(r), cons)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
