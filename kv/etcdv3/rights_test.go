@@ -25,11 +25,13 @@ import (
 // etcdDoor carries the rights table's cases (kv/internal/rightstest) over the etcd v3
 // gRPC API, with etcd's own client stubs: the token travels as the "token" metadata.
 type etcdDoor struct {
-	f     *rt.Fixture
-	conn  *grpc.ClientConn
-	kv    pb.KVClient
-	watch pb.WatchClient
-	lease pb.LeaseClient
+	f       *rt.Fixture
+	conn    *grpc.ClientConn
+	kv      pb.KVClient
+	watch   pb.WatchClient
+	lease   pb.LeaseClient
+	cluster pb.ClusterClient
+	maint   pb.MaintenanceClient
 }
 
 // newEtcdDoor serves the fixture's server's etcd door on a free port until the test
@@ -52,7 +54,7 @@ func newEtcdDoor(t *testing.T, f *rt.Fixture) *etcdDoor {
 		<-done
 	})
 	return &etcdDoor{f: f, conn: conn, kv: pb.NewKVClient(conn), watch: pb.NewWatchClient(conn),
-		lease: pb.NewLeaseClient(conn)}
+		lease: pb.NewLeaseClient(conn), cluster: pb.NewClusterClient(conn), maint: pb.NewMaintenanceClient(conn)}
 }
 
 // answer maps the door's error to the tables' terms: etcd's permission denied is a
@@ -92,7 +94,14 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	case rt.Get:
 		_, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, Serializable: op.Serializable, Revision: op.Revision})
 	case rt.Range:
-		_, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)})
+		var resp *pb.RangeResponse
+		if resp, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)}); err == nil {
+			a := rt.Answer{Keys: []string{}}
+			for _, kv := range resp.Kvs {
+				a.Keys = append(a.Keys, string(kv.Key))
+			}
+			return a
+		}
 	case rt.Put:
 		r := &pb.PutRequest{Key: key, Value: op.PutValue()}
 		if op.Lease {
@@ -113,6 +122,20 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		err = d.keepAliveOnce(ctx)
 	case rt.LeaseRevoke:
 		_, err = d.lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: d.f.Lease})
+	case rt.LeaseTimeToLive:
+		_, err = d.lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: d.f.Lease, Keys: true})
+	case rt.LeaseList:
+		_, err = d.lease.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
+	case rt.Compact:
+		_, err = d.kv.Compact(ctx, &pb.CompactionRequest{Revision: op.Revision})
+	case rt.MemberList:
+		_, err = d.cluster.MemberList(ctx, &pb.MemberListRequest{})
+	case rt.MemberRemove:
+		_, err = d.cluster.MemberRemove(ctx, &pb.MemberRemoveRequest{ID: rt.NoMember})
+	case rt.HashKV:
+		_, err = d.maint.HashKV(ctx, &pb.HashKVRequest{})
+	case rt.Snapshot:
+		err = d.snapshotOnce(ctx)
 	default:
 		t.Fatalf("etcd door: op %d unknown", op.Kind)
 	}
@@ -170,6 +193,22 @@ func (d *etcdDoor) keepAliveOnce(ctx context.Context) error {
 		return errors.New("keepalive stream ended without an answer")
 	}
 	return err
+}
+
+// snapshotOnce reads a snapshot stream to its end.
+func (d *etcdDoor) snapshotOnce(ctx context.Context) error {
+	stream, err := d.maint.Snapshot(ctx, &pb.SnapshotRequest{})
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 // etcdTxn translates a KV API transaction of the table into etcd's.

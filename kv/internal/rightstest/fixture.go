@@ -20,7 +20,7 @@ import (
 	"github.com/keel-kv/keel/kv/stream"
 )
 
-// Fixture is a server with ACLs bootstrapped, the key Key, a lease, and for each
+// Fixture is a server with ACLs bootstrapped, the keys Key and Beside, a lease, and for each
 // right a token that lacks it but holds every other right it can.
 type Fixture struct {
 	Srv     *kv.Server
@@ -46,6 +46,7 @@ func New(t *testing.T) *Fixture {
 		f.Lacking[right] = f.NewToken(t, p.Name).SecretID
 	}
 	f.MustHTTP(t, f.Mgmt, http.MethodPut, api.PathKV+Key, "v0", nil)
+	f.MustHTTP(t, f.Mgmt, http.MethodPut, api.PathKV+Beside, "v0", nil)
 	var lease api.LeaseGrantResponse
 	f.MustHTTP(t, f.Mgmt, http.MethodPost, api.PathLeases, `{"ttl":600}`, &lease)
 	f.Lease = lease.ID
@@ -173,4 +174,16 @@ func MustJSON(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// ListAnswer is the answer of an HTTP list that was not refused: the keys of its page
+// (body: an api.ListResponse).
+func ListAnswer(body []byte) Answer {
+	var list api.ListResponse
+	json.Unmarshal(body, &list)
+	a := Answer{Keys: []string{}}
+	for _, kv := range list.Items {
+		a.Keys = append(a.Keys, kv.Key)
+	}
+	return a
 }

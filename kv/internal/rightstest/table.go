@@ -7,13 +7,16 @@
 // needs, and the answer a token lacking that right gets (RunRightCases,
 // RunUnauthorizedCases). The rules table (rules.go): the core's other rules, each
 // broken once (RunRuleCases). A door that adds an operation adds a case here, and
-// every door must then refuse it.
+// every door must then refuse it — or say in its runner that it does not serve it
+// (NotServed).
 //
 // It is test support only: no production code imports it.
 package rightstest
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,22 +30,36 @@ const (
 	NeedRead  Right = "read on the key"
 	NeedWrite Right = "write on the key"
 	NeedLease Right = "write on some key prefix (leases)"
+	// NeedReadAll is the read right on every key of a range; the token lacking it may
+	// read Key but not Beside (see PartialRead for the answer it gets).
+	NeedReadAll  Right = "read on every key of the range"
+	NeedCompact  Right = "the operator right " + api.RightCompact
+	NeedMembers  Right = "the operator right " + api.RightMembers
+	NeedSnapshot Right = "the operator right " + api.RightSnapshot
+	NeedPeers    Right = "the operator right " + api.RightPeers
 )
 
 // Kind is a client operation, whatever door carries it.
 type Kind uint8
 
 const (
-	Get            Kind = iota + 1
-	Range               // read every key with the prefix Key (stream: a txn's ranged get; HTTP: a list)
-	Put                 // put Key; with Lease, attached to the fixture's lease
-	Delete              // delete Key
-	DeleteRange         // delete every key with the prefix Key
-	Watch               // watch Key, or the prefix Key with Prefix
-	Txn                 // run Txn
-	LeaseGrant          // grant a new lease
-	LeaseKeepAlive      // renew the fixture's lease
-	LeaseRevoke         // revoke the fixture's lease
+	Get             Kind = iota + 1
+	Range                // read every key with the prefix Key (stream: a txn's ranged get; HTTP: a list)
+	Put                  // put Key; with Lease, attached to the fixture's lease
+	Delete               // delete Key
+	DeleteRange          // delete every key with the prefix Key
+	Watch                // watch Key, or the prefix Key with Prefix
+	Txn                  // run Txn
+	LeaseGrant           // grant a new lease
+	LeaseKeepAlive       // renew the fixture's lease
+	LeaseRevoke          // revoke the fixture's lease
+	LeaseTimeToLive      // look up the fixture's lease
+	LeaseList            // list the leases
+	Compact              // compact history up to Revision
+	MemberList           // list the members
+	MemberRemove         // remove the member NoMember, which is none
+	HashKV               // hash the state (etcd's Maintenance.HashKV)
+	Snapshot             // save a snapshot (etcd's Maintenance.Snapshot)
 )
 
 // Op is one operation, described independently of the door.
@@ -50,7 +67,7 @@ type Op struct {
 	Kind         Kind
 	Key          string
 	Serializable bool   // get
-	Revision     int64  // get: 0 = latest
+	Revision     int64  // get: 0 = latest; compact: the revision
 	Prefix       bool   // watch
 	Lease        bool   // put: attach to the fixture's lease
 	Value        []byte // put: nil = "v"
@@ -65,10 +82,15 @@ type Case struct {
 }
 
 // Key is the key the cases touch; Other is a prefix every lacking token may write, so
-// that a token lacking one right holds all the others it can.
+// that a token lacking one right holds all the others it can. Beside is a second key
+// under Key's prefix "app/" that the token lacking NeedReadAll may not read.
+// NoMember is the node a member removal names: no member has it, so that with every
+// right the removal is refused as not found, and the fixture keeps its one node.
 const (
-	Key   = "app/x"
-	Other = "other/"
+	Key      = "app/x"
+	Beside   = "app/y"
+	Other    = "other/"
+	NoMember = 0x6b65656c
 )
 
 // Cases is the table.
@@ -100,17 +122,57 @@ var Cases = []Case{
 	{"lease grant", NeedLease, Op{Kind: LeaseGrant}},
 	{"lease keepalive", NeedLease, Op{Kind: LeaseKeepAlive}},
 	{"lease revoke", NeedLease, Op{Kind: LeaseRevoke}},
+	{"lease time to live", NeedLease, Op{Kind: LeaseTimeToLive}},
+	{"lease list", NeedLease, Op{Kind: LeaseList}},
+	{"range read in part", NeedReadAll, Op{Kind: Range, Key: "app/"}},
+	{"compact", NeedCompact, Op{Kind: Compact, Revision: 1}},
+	{"member list", NeedMembers, Op{Kind: MemberList}},
+	{"member remove", NeedPeers, Op{Kind: MemberRemove}},
+	{"hash kv", NeedSnapshot, Op{Kind: HashKV}},
+	{"snapshot", NeedSnapshot, Op{Kind: Snapshot}},
+}
+
+// PartialRead is the one rule for a read of a range the token may read only part of
+// (the case without NeedReadAll: Key readable, Beside not), as the core answers it:
+// its Range (a ranged get, in a transaction or etcd's Range) refuses it whole, 403
+// naming the right, as any range the token may not read all of (checkTxnAccess); its
+// List (HTTP's list) and its watches filter it to the keys the token may read
+// (listRights, readFilter: 403 only when it may read none). Either way no key the
+// token may not read is answered. nil when a answers so: refused, or not refused
+// with exactly the readable keys (a door that reports no keys cannot pass as
+// filtering).
+func PartialRead(a Answer) error {
+	if refused(a) || a.Code == 0 && slices.Equal(a.Keys, []string{Key}) {
+		return nil
+	}
+	return fmt.Errorf("%d %s %q keys %q; want 403 Forbidden naming the right, or the keys [%s] alone",
+		a.Code, a.Reason, a.Msg, a.Keys, Key)
+}
+
+// refused reports whether a is 403 Forbidden naming the right (or in the door's fixed
+// words).
+func refused(a Answer) bool {
+	return a.Code == http.StatusForbidden && a.Reason == api.ReasonForbidden && (a.Fixed || strings.Contains(a.Msg, "right"))
 }
 
 // Answer is how a door answered an operation, in HTTP's terms (each door maps its
 // protocol's refusals to them): the status code, the api.Reason and the message, or
 // Code 0 when the operation was not refused. Fixed says the protocol's message is its
 // own fixed text (etcd's "etcdserver: permission denied"), which cannot name the right.
+// Keys are the keys a range read answered, in order. NotServed says the door does
+// not carry the operation at all (the answer NotServed): the tables skip it there.
 type Answer struct {
 	Code        int
 	Reason, Msg string
 	Fixed       bool
+	Keys        []string
+	NotServed   bool
 }
+
+// NotServed is a door's answer to an operation it does not carry: etcd's HashKV
+// over HTTP, a compaction over the stream protocol. A door says so in its runner,
+// operation by operation, so that a new Kind it forgets fails there (t.Fatalf).
+var NotServed = Answer{NotServed: true}
 
 // Door carries the table's operations. secret "" sends no token.
 type Door interface {
@@ -129,22 +191,46 @@ var Policies = map[Right]api.ACLPolicy{
 	NeedLease: {Name: "no-lease", Keys: []api.ACLKeyRule{{Prefix: "", Access: api.AccessRead}},
 		Resources: []api.ACLResourceRule{{Group: "*", Resource: "*", Access: api.AccessWrite}},
 		Operator:  []string{api.RightAll}},
+	// read app/x (Key) alone of app/, write other/: a range of app/ is read in part.
+	NeedReadAll: {Name: "read-part", Keys: []api.ACLKeyRule{{Prefix: Key, Access: api.AccessRead},
+		{Prefix: Other, Access: api.AccessWrite}}, Operator: []string{api.RightAll}},
+	NeedCompact:  lacksOperator("no-compact", api.RightCompact),
+	NeedMembers:  lacksOperator("no-members", api.RightMembers),
+	NeedSnapshot: lacksOperator("no-snapshot", api.RightSnapshot),
+	NeedPeers:    lacksOperator("no-peers", api.RightPeers),
 }
 
-// RunRightCases runs every case through d: with the token that lacks its right it is
-// 403 Forbidden naming the right and changes nothing; with every right it is not
-// refused (whatever else it answers).
+// lacksOperator is a policy with every key and resource right and every operator
+// right but right.
+func lacksOperator(name, right string) api.ACLPolicy {
+	return api.ACLPolicy{Name: name, Keys: []api.ACLKeyRule{{Prefix: "", Access: api.AccessWrite}},
+		Resources: []api.ACLResourceRule{{Group: "*", Resource: "*", Access: api.AccessWrite}},
+		Operator:  slices.DeleteFunc(slices.Clone(api.OperatorRights), func(r string) bool { return r == right })}
+}
+
+// RunRightCases runs every case d serves through it: with the token that lacks its
+// right it is 403 Forbidden naming the right (a partial read: PartialRead) and
+// changes nothing; with every right it is not refused (whatever else it answers).
 func RunRightCases(t *testing.T, f *Fixture, d Door) {
 	t.Helper()
 	before := f.Store.FSM().Revision()
 	for _, c := range Cases {
 		a := d.Do(t, f.Lacking[c.Right], c.Op)
-		if a.Code != http.StatusForbidden || a.Reason != api.ReasonForbidden || (!a.Fixed && !strings.Contains(a.Msg, "right")) {
+		switch {
+		case a.NotServed:
+		case c.Right == NeedReadAll:
+			if err := PartialRead(a); err != nil {
+				t.Errorf("%s without %s: %v", c.Name, c.Right, err)
+			}
+		case !refused(a):
 			t.Errorf("%s without %s: %d %s %q; want 403 Forbidden naming the right", c.Name, c.Right, a.Code, a.Reason, a.Msg)
 		}
 	}
 	if after := f.Store.FSM().Revision(); after != before {
 		t.Errorf("refused operations moved the revision %d → %d", before, after)
+	}
+	if v := f.Store.FSM().View(); v.CompactRevision() != 0 {
+		t.Errorf("refused operations compacted history to %d", v.CompactRevision())
 	}
 	if _, ok := f.Store.FSM().View().Lease(f.Lease); !ok {
 		t.Errorf("lease %d is gone after refused operations", f.Lease)
@@ -162,7 +248,7 @@ func RunUnauthorizedCases(t *testing.T, f *Fixture, d Door, secret, what string)
 	t.Helper()
 	before := f.Store.FSM().Revision()
 	for _, c := range Cases {
-		if a := d.Do(t, secret, c.Op); a.Code != http.StatusUnauthorized || a.Reason != api.ReasonUnauthorized {
+		if a := d.Do(t, secret, c.Op); !a.NotServed && (a.Code != http.StatusUnauthorized || a.Reason != api.ReasonUnauthorized) {
 			t.Errorf("%s with %s: %d %s %q; want 401 Unauthorized", c.Name, what, a.Code, a.Reason, a.Msg)
 		}
 	}
