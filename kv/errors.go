@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/keel-kv/keel/fsm"
@@ -17,6 +18,9 @@ import (
 var (
 	// ErrInvalidKey: a key is empty, longer than MaxKeyBytes, or not UTF-8.
 	ErrInvalidKey = errors.New("kv: invalid key")
+	// ErrEmptyKey: a key is empty; an ErrInvalidKey (400 on HTTP), which the etcd door
+	// answers as etcd does (key is not provided).
+	ErrEmptyKey = fmt.Errorf("%w: key is empty", ErrInvalidKey)
 	// ErrInvalidParam: a query parameter is unknown, malformed or out of range.
 	ErrInvalidParam = errors.New("kv: invalid parameter")
 	// ErrInvalidBody: a JSON body cannot be decoded or fails validation.

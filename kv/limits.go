@@ -23,7 +23,7 @@ func (c Config) limits() limits {
 func (l limits) checkKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
+		return ErrEmptyKey
 	case len(key) > l.maxKeyBytes:
 		return fmt.Errorf("%w: key is %d bytes, more than the maximum %d", ErrInvalidKey, len(key), l.maxKeyBytes)
 	case !utf8.ValidString(key):

@@ -13,8 +13,9 @@
 //     and limit (shapeRange), the translation of etcd's range end "\x00", watch IDs,
 //     filters and progress, lease TTL rounding, the header (member and cluster IDs
 //     hashed from keel's), and the mapping of every error to etcd's own (rpctypes) in
-//     one function, etcdError. Errors only etcd has (an empty key, ignore_value with a
-//     value) are raised here, before the core is called.
+//     one function, etcdError. Errors only etcd has (ignore_value with a value) are
+//     raised here; a rule the core also keeps (an empty key: kv.ErrEmptyKey) is the
+//     core's, which etcdError answers with etcd's error.
 //   - the state machine's rules (compaction, nested-transaction op budget, leases):
 //     package fsm, behind the core.
 //

@@ -97,7 +97,7 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCLeaseNotFound
 	case errors.Is(err, fsm.ErrLeaseExists):
 		return rpctypes.ErrGRPCLeaseExist
-	case errors.Is(err, errEtcdEmptyKey):
+	case errors.Is(err, kv.ErrEmptyKey):
 		return rpctypes.ErrGRPCEmptyKey
 	case errors.Is(err, fsm.ErrKeyNotFound):
 		return rpctypes.ErrGRPCKeyNotFound
@@ -135,8 +135,6 @@ func etcdSentinel(err error) error {
 
 // Errors only the etcd door raises (mapped in etcdSentinel).
 var (
-	// errEtcdEmptyKey: a request without a key.
-	errEtcdEmptyKey = errors.New("etcdv3: key is not provided")
 	// errEtcdValueProvided: a put with ignore_value and a value.
 	errEtcdValueProvided = errors.New("etcdv3: value is provided")
 	// errEtcdLeaseProvided: a put with ignore_lease and a lease.

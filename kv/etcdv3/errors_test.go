@@ -30,7 +30,7 @@ func TestEtcdErrorIsEtcds(t *testing.T) {
 		{fsm.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
 		{fsm.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
 		{fmt.Errorf("lease grant: %w: lease 7: %w", kv.ErrConflict, fsm.ErrLeaseExists), rpctypes.ErrGRPCLeaseExist},
-		{errEtcdEmptyKey, rpctypes.ErrGRPCEmptyKey},
+		{kv.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
 		{fsm.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 		{errEtcdValueProvided, rpctypes.ErrGRPCValueProvided},
 		{errEtcdLeaseProvided, rpctypes.ErrGRPCLeaseProvided},

@@ -24,11 +24,8 @@ type etcdKV struct {
 }
 
 // rangeEnd translates etcd's range end: "\x00" (every key from the start key on) is
-// etcdKeyspaceEnd. An empty key is etcd's own error.
+// etcdKeyspaceEnd. An empty key is the core's to refuse (kv.ErrEmptyKey).
 func rangeEnd(key, end []byte) ([]byte, error) {
-	if len(key) == 0 {
-		return nil, errEtcdEmptyKey
-	}
 	if bytes.Equal(end, []byte{0}) {
 		return []byte(etcdKeyspaceEnd), nil
 	}
@@ -214,17 +211,18 @@ func (e *Server) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, int64
 
 // putOp translates a put, validated by limits.op. ignore_value and ignore_lease keep
 // the key's value or lease (fsm.Op.IgnoreValue, IgnoreLease); the key must exist.
+// The refusals come in etcd's order (checkPutRequest): an empty key, then the
+// ignore flags, then keel's other rules.
 func (e *Server) putOp(r *pb.PutRequest) (fsm.Op, error) {
+	op, err := e.core.CheckOp(api.Op{Type: api.OpPut, Key: string(r.Key), Value: r.Value, Lease: r.Lease})
 	switch {
-	case len(r.Key) == 0:
-		return fsm.Op{}, errEtcdEmptyKey
+	case errors.Is(err, kv.ErrEmptyKey):
+		return fsm.Op{}, err
 	case r.IgnoreValue && len(r.Value) != 0:
 		return fsm.Op{}, errEtcdValueProvided
 	case r.IgnoreLease && r.Lease != 0:
 		return fsm.Op{}, errEtcdLeaseProvided
-	}
-	op, err := e.core.CheckOp(api.Op{Type: api.OpPut, Key: string(r.Key), Value: r.Value, Lease: r.Lease})
-	if err != nil {
+	case err != nil:
 		return fsm.Op{}, err
 	}
 	op.IgnoreValue, op.IgnoreLease = r.IgnoreValue, r.IgnoreLease

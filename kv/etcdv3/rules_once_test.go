@@ -9,11 +9,13 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
@@ -113,5 +115,48 @@ func TestEtcdCompareOnHiddenKey(t *testing.T) {
 		Target: pb.Compare_VERSION, Result: pb.Compare_GREATER, TargetUnion: &pb.Compare_Version{Version: 0}}}})
 	if err == nil && resp.Succeeded {
 		t.Fatal("a compare on a key the door hides from Range succeeded: it reveals the key exists")
+	}
+}
+
+// The empty-key rule lives in the core (kv.ErrEmptyKey, from its key check): the
+// door keeps no copy, and maps the core's refusal to etcd's own "key is not provided"
+// on every request that names a key — Range, Put, DeleteRange, a Txn's compare and
+// its ops (kills: the core's check or the door's mapping dropped).
+func TestEtcdEmptyKeyRuleIsTheCores(t *testing.T) {
+	core, err := kv.NewServer(kv.DefaultConfig(), kvtest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.CheckOp(api.Op{Type: api.OpPut, Value: []byte("v")}); !errors.Is(err, kv.ErrEmptyKey) {
+		t.Errorf("core CheckOp of an empty key = %v, want ErrEmptyKey", err)
+	}
+	if _, err := core.CheckCompare(api.Compare{Target: api.TargetVersion, Result: api.ResultEqual}, nil); !errors.Is(err, kv.ErrEmptyKey) {
+		t.Errorf("core CheckCompare of an empty key = %v, want ErrEmptyKey", err)
+	}
+	k := etcdKV{e: &Server{core: core}}
+	ctx := context.Background()
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Value: []byte("v")}}}
+	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{RangeEnd: []byte{0}}}}
+	for name, call := range map[string]func() error{
+		"range":        func() error { _, err := k.Range(ctx, &pb.RangeRequest{}); return err },
+		"range to end": func() error { _, err := k.Range(ctx, &pb.RangeRequest{RangeEnd: []byte{0}}); return err },
+		"put":          func() error { _, err := k.Put(ctx, &pb.PutRequest{Value: []byte("v")}); return err },
+		"put ignoring the value it carries": func() error { // etcd checks the key first
+			_, err := k.Put(ctx, &pb.PutRequest{Value: []byte("v"), IgnoreValue: true})
+			return err
+		},
+		"delete": func() error { _, err := k.DeleteRange(ctx, &pb.DeleteRangeRequest{}); return err },
+		"txn compare": func() error {
+			_, err := k.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{{Target: pb.Compare_VERSION,
+				TargetUnion: &pb.Compare_Version{Version: 0}}}})
+			return err
+		},
+		"txn put": func() error { _, err := k.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{put}}); return err },
+		"txn get": func() error { _, err := k.Txn(ctx, &pb.TxnRequest{Failure: []*pb.RequestOp{get}}); return err },
+	} {
+		got, want := status.Convert(etcdError(call())), status.Convert(rpctypes.ErrGRPCEmptyKey)
+		if got.Code() != want.Code() || got.Message() != want.Message() {
+			t.Errorf("%s of an empty key: %v %q, want etcd's %v %q", name, got.Code(), got.Message(), want.Code(), want.Message())
+		}
 	}
 }

@@ -233,9 +233,6 @@ var (
 // every key of the range (fsm.Compare.End): "\x00" every key from key on, an end at
 // or before key an empty range, as in etcd.
 func (e *Server) etcdCompare(c *pb.Compare) (fsm.Compare, error) {
-	if len(c.Key) == 0 {
-		return fsm.Compare{}, errEtcdEmptyKey
-	}
 	target, ok := etcdCompareTargets[c.Target]
 	if !ok {
 		return fsm.Compare{}, fmt.Errorf("%w: unknown compare target %v", kv.ErrInvalidParam, c.Target)
