@@ -13,11 +13,13 @@ import (
 // apply replicates cmd and folds the state machine's own error (Result.Err) into the
 // returned error, so callers see one error whether replication or the command failed.
 // Every write of the API goes through it, so it refuses here, before anything is
-// proposed, a transaction branch that writes a key twice (fsm.ErrDuplicateKey): the
-// state machine itself still applies such entries (see fsm.CheckDuplicateKeys).
+// proposed, a transaction branch that writes a key twice (fsm.ErrDuplicateKey, by
+// keel's rule: TxnOptions.checkDuplicates): the state machine itself still applies
+// such entries (see fsm.CheckDuplicateKeys). A KV API transaction comes through
+// applyTxn, which checks it by the rule its door asked for.
 func (s *Server) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	if cmd.Type == fsm.CmdTxn {
-		if err := fsm.CheckDuplicateKeys(cmd.Txn); err != nil {
+		if err := (TxnOptions{}).checkDuplicates(cmd.Txn); err != nil {
 			return nil, err
 		}
 	}
@@ -39,21 +41,14 @@ func (s *Server) propose(ctx context.Context, cmd *fsm.Command) (*fsm.Result, er
 	return res, nil
 }
 
-// applyTxn applies a transaction of the KV API as one command, after checkTxn. The
-// command carries its caller (raft.WithCaller): a follower forwards it to the leader,
-// which checks it again with checkTxn (forwarded.go).
-func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
-	if err := fsm.CheckDuplicateKeys(txn); err != nil {
+// applyTxn applies a transaction of the KV API as one command: the duplicate-key rule
+// opts choose (TxnOptions.checkDuplicates), the limits, then checkTxn. The command
+// carries its caller (raft.WithCaller): a follower forwards it to the leader, which
+// checks it again with checkTxn (forwarded.go).
+func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn, opts TxnOptions) (*fsm.Result, error) {
+	if err := opts.checkDuplicates(txn); err != nil {
 		return nil, err
 	}
-	return s.applyDupCheckedTxn(ctx, txn)
-}
-
-// applyDupCheckedTxn is applyTxn for a transaction whose duplicate keys its caller
-// checked with a rule of its own: the etcd door, whose rule (etcd's, quirks included:
-// fsm.CheckDuplicateKeysEtcd) lets through some transactions CheckDuplicateKeys
-// refuses.
-func (s *Server) applyDupCheckedTxn(ctx context.Context, txn *fsm.Txn) (*fsm.Result, error) {
 	if err := s.lim.checkTxn(txn); err != nil {
 		return nil, err
 	}

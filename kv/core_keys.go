@@ -105,7 +105,7 @@ func (s *Server) putKey(ctx context.Context, key string, value []byte, prev, lea
 	if prev >= 0 {
 		guardModRevision(txn, key, prev)
 	}
-	res, err := s.applyTxn(ctx, txn)
+	res, err := s.applyTxn(ctx, txn, TxnOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("put %q: %w", key, err)
 	}
@@ -126,7 +126,7 @@ func (s *Server) deleteKey(ctx context.Context, key string, prefix bool, prev in
 	if prev > 0 {
 		guardModRevision(txn, key, prev)
 	}
-	res, err := s.applyTxn(ctx, txn)
+	res, err := s.applyTxn(ctx, txn, TxnOptions{})
 	if err != nil {
 		return api.DeleteResponse{}, fmt.Errorf("delete %q: %w", key, err)
 	}

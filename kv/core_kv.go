@@ -75,17 +75,20 @@ type TxnOptions struct {
 // reserved prefixes and the duplicate-key rules are checked here, on the node that
 // takes it and again on the leader a follower forwards it to.
 func (s *Server) Txn(ctx context.Context, c Caller, txn *fsm.Txn, opts TxnOptions) (*fsm.Result, error) {
-	if !opts.EtcdDuplicates {
-		return s.applyTxn(c.context(ctx), txn)
+	return s.applyTxn(c.context(ctx), txn, opts)
+}
+
+// checkDuplicates is the one choice of the duplicate-key rule every transaction is
+// checked with before it is proposed (fsm.ErrDuplicateKey): keel's by default, etcd's
+// on DuplicateView (txn when nil) with EtcdDuplicates.
+func (o TxnOptions) checkDuplicates(txn *fsm.Txn) error {
+	if !o.EtcdDuplicates {
+		return fsm.CheckDuplicateKeys(txn)
 	}
-	view := txn
-	if opts.DuplicateView != nil {
-		view = opts.DuplicateView
+	if o.DuplicateView != nil {
+		txn = o.DuplicateView
 	}
-	if err := fsm.CheckDuplicateKeysEtcd(view); err != nil {
-		return nil, err
-	}
-	return s.applyDupCheckedTxn(c.context(ctx), txn)
+	return fsm.CheckDuplicateKeysEtcd(txn)
 }
 
 // RangeRequest reads one key (End nil) or the keys of [Key, End).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
@@ -37,5 +38,52 @@ func TestOperatorRights(t *testing.T) {
 		if err := op(Caller{az: acl.NewAuthorizer()}); !errors.Is(err, ErrForbidden) {
 			t.Errorf("%s with no right: %v, want ErrForbidden", right, err)
 		}
+	}
+}
+
+// The duplicate-key rule is chosen in one place (TxnOptions.checkDuplicates) for every
+// write: keel's (fsm.CheckDuplicateKeys) by default, for the KV API's transactions and
+// the node's own (ACL records, typed resources, through apply), etcd's on the
+// transaction as etcd sees it for the etcd door. Each refusal proposes nothing
+// (kills: a path that skips the check, or checks the wrong rule or the wrong view).
+func TestTxnDuplicateRule(t *testing.T) {
+	store := kvtest.New()
+	s, err := NewServer(DefaultConfig(), store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(k string) fsm.Op { return fsm.Op{Type: fsm.OpPut, Key: []byte(k), Value: []byte("v")} }
+	twice := &fsm.Txn{Success: []fsm.Op{put("a"), put("a")}}
+	// A delete to the keyspace's end beside a put: keel's rule refuses it, etcd's
+	// (its checkIntervals quirk) lets it through.
+	toEnd := &fsm.Txn{Success: []fsm.Op{{Type: fsm.OpDeleteRange, Key: []byte("b"), End: []byte{}}, put("c")}}
+	etcd := TxnOptions{EtcdDuplicates: true}
+	for _, c := range []struct {
+		name string
+		opts TxnOptions
+		txn  *fsm.Txn
+		dup  bool
+	}{
+		{"keel: a key put twice", TxnOptions{}, twice, true},
+		{"keel: a put in a delete to the end", TxnOptions{}, toEnd, true},
+		{"etcd: a key put twice", etcd, twice, true},
+		{"etcd: a put beside a delete to the end", etcd, toEnd, false},
+		{"etcd: the view, not the txn", TxnOptions{EtcdDuplicates: true, DuplicateView: twice},
+			&fsm.Txn{Success: []fsm.Op{put("d")}}, true},
+	} {
+		if err := c.opts.checkDuplicates(c.txn); errors.Is(err, fsm.ErrDuplicateKey) != c.dup {
+			t.Errorf("%s: checkDuplicates = %v, want duplicate %v", c.name, err, c.dup)
+		}
+		before := store.FSM().Revision()
+		_, err := s.Txn(context.Background(), Caller{}, c.txn, c.opts)
+		if errors.Is(err, fsm.ErrDuplicateKey) != c.dup {
+			t.Errorf("%s: Txn = %v, want duplicate %v", c.name, err, c.dup)
+		}
+		if after := store.FSM().Revision(); c.dup && after != before {
+			t.Errorf("%s: refused, but the revision moved %d → %d", c.name, before, after)
+		}
+	}
+	if _, err := s.apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: twice}); !errors.Is(err, fsm.ErrDuplicateKey) {
+		t.Errorf("apply of the node's own txn putting a key twice = %v, want ErrDuplicateKey", err)
 	}
 }
