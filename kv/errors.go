@@ -57,6 +57,15 @@ var (
 	ErrForbidden = acl.ErrForbidden
 	// ErrAlreadyBootstrapped: the cluster's ACL system was bootstrapped before.
 	ErrAlreadyBootstrapped = errors.New("kv: acl system already bootstrapped")
+	// ErrPhaseRefused: a key migration's advance or rollback was refused (the agent's
+	// answer to migrate.ErrPhaseRefused).
+	ErrPhaseRefused = errors.New("kv: key migration step refused")
+	// ErrNoCommonVersion: a storage-version migration cannot start while the members do
+	// not all write one version (the agent's answer to migrate.ErrNoCommonVersion).
+	ErrNoCommonVersion = errors.New("kv: no common version to migrate into")
+	// ErrNotRunning: no storage-version migration runs to abort (the agent's answer to
+	// migrate.ErrNotRunning).
+	ErrNotRunning = errors.New("kv: no migration running")
 )
 
 // expiredError is a 410 that carries an inconsistent continue token.
@@ -89,6 +98,16 @@ func classify(err error) (code int, reason string) {
 		errors.Is(err, fsm.ErrTooManyOps), errors.Is(err, versions.ErrBadObject),
 		errors.Is(err, versions.ErrConversion):
 		return http.StatusBadRequest, api.ReasonBadRequest
+	case errors.Is(err, versions.ErrBadSchema):
+		return http.StatusBadRequest, api.ReasonBadSchema
+	case errors.Is(err, versions.ErrSchemaChange):
+		return http.StatusConflict, api.ReasonSchemaChangeRefused
+	case errors.Is(err, ErrPhaseRefused):
+		return http.StatusConflict, api.ReasonPhaseRefused
+	case errors.Is(err, ErrNoCommonVersion):
+		return http.StatusConflict, api.ReasonNoCommonVersion
+	case errors.Is(err, ErrNotRunning):
+		return http.StatusConflict, api.ReasonNotRunning
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, api.ReasonUnauthorized
 	case errors.Is(err, ErrForbidden), errors.Is(err, raft.ErrCallerRefused):

@@ -9,6 +9,7 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/raft"
+	"github.com/keel-kv/keel/versions"
 )
 
 func TestClassify(t *testing.T) {
@@ -36,6 +37,11 @@ func TestClassify(t *testing.T) {
 		{fsm.ErrWatchRestored, 410, api.ReasonRestored},
 		{&expiredError{err: fsm.ErrCompacted, cont: "x"}, 410, api.ReasonResourceExpired},
 		{ErrTooLarge, 413, api.ReasonTooLarge},
+		{versions.ErrBadSchema, 400, api.ReasonBadSchema},
+		{versions.ErrSchemaChange, 409, api.ReasonSchemaChangeRefused},
+		{ErrPhaseRefused, 409, api.ReasonPhaseRefused},
+		{ErrNoCommonVersion, 409, api.ReasonNoCommonVersion},
+		{ErrNotRunning, 409, api.ReasonNotRunning},
 		{raft.ErrNoLeader, 503, api.ReasonNoLeader},
 		{raft.ErrNotLeader, 503, api.ReasonUnavailable},
 		{ErrNotReady, 503, api.ReasonUnavailable},

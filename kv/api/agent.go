@@ -24,6 +24,16 @@ const (
 	PathMetrics             = "/metrics"
 )
 
+// Reasons of PUT /v1/agent/schema. Either way nothing changed.
+const (
+	// ReasonBadSchema (400): the schema file does not parse or is not a valid schema;
+	// the message reads "NAME:LINE: problem".
+	ReasonBadSchema = "BadSchema"
+	// ReasonSchemaChangeRefused (409): the new schema would strand stored objects, or
+	// the node was started without -schema.
+	ReasonSchemaChangeRefused = "SchemaChangeRefused"
+)
+
 // MemberInfo is one server of the cluster as GET /v1/agent/members reports it (one row
 // of `keel members`).
 type MemberInfo struct {
