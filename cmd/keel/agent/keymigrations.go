@@ -93,14 +93,14 @@ func (a *Agent) handleKeyMigrations(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	view, err := a.node.View(ctx, fsm.Linearizable)
 	if err != nil {
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	out := []*api.KeyMigrationStatus{}
 	for _, k := range a.schema().KeyMigrations() {
 		st, err := a.keyMigrationStatus(view, k)
 		if err != nil {
-			writeAgentError(w, http.StatusInternalServerError, api.ReasonInternal, err.Error())
+			a.server.WriteError(w, r, err)
 			return
 		}
 		out = append(out, st)
@@ -108,31 +108,33 @@ func (a *Agent) handleKeyMigrations(w http.ResponseWriter, r *http.Request) {
 	writeAgentJSON(w, http.StatusOK, out)
 }
 
-// lookupKeyMigration answers 404 for a key migration this node's schema does not declare.
-func (a *Agent) lookupKeyMigration(w http.ResponseWriter, name string) *versions.KeyMigration {
+// lookupKeyMigration is the key migration name of this node's schema: kv.ErrNoRoute
+// (404) for one it does not declare.
+func (a *Agent) lookupKeyMigration(name string) (*versions.KeyMigration, error) {
 	k, _ := a.schema().KeyMigrationNamed(name)
 	if k == nil {
-		writeAgentError(w, http.StatusNotFound, api.ReasonNotFound,
-			fmt.Sprintf("no key migration %q in this node's schema (declare it under a resource's keyMigrations)", name))
+		return nil, fmt.Errorf("%w: no key migration %q in this node's schema "+
+			"(declare it under a resource's keyMigrations)", kv.ErrNoRoute, name)
 	}
-	return k
+	return k, nil
 }
 
 func (a *Agent) handleKeyMigration(w http.ResponseWriter, r *http.Request) {
-	k := a.lookupKeyMigration(w, r.PathValue("name"))
-	if k == nil {
+	k, err := a.lookupKeyMigration(r.PathValue("name"))
+	if err != nil {
+		a.server.WriteError(w, r, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	view, err := a.node.View(ctx, fsm.Linearizable)
 	if err != nil {
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	st, err := a.keyMigrationStatus(view, k)
 	if err != nil {
-		writeAgentError(w, http.StatusInternalServerError, api.ReasonInternal, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, st)
@@ -142,25 +144,25 @@ func (a *Agent) handleKeyMigration(w http.ResponseWriter, r *http.Request) {
 // for a bad body (rollback without "to"); 404 for an unknown migration; 409
 // PhaseRefused with the reason. Every transition is logged with who asked.
 func (a *Agent) handleKeyTransition(w http.ResponseWriter, r *http.Request) {
-	k := a.lookupKeyMigration(w, r.PathValue("name"))
-	if k == nil {
+	k, err := a.lookupKeyMigration(r.PathValue("name"))
+	if err != nil {
+		a.server.WriteError(w, r, err)
 		return
 	}
 	var req api.KeyMigrationRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest, "body: "+err.Error())
+		a.server.WriteError(w, r, bodyError(err))
 		return
 	}
 	rollback := r.URL.Path == api.PathKeyMigrations+"/"+k.Name+"/rollback"
 	if req.To != nil && (*req.To < 0 || *req.To > api.KeyPhaseMax) {
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest,
-			fmt.Sprintf("body: to %d is not a phase (0 to %d)", *req.To, api.KeyPhaseMax))
+		a.server.WriteError(w, r, fmt.Errorf("%w: to %d is not a phase (0 to %d)", kv.ErrInvalidBody, *req.To, api.KeyPhaseMax))
 		return
 	}
 	if rollback && req.To == nil {
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest, `body: rollback needs "to", the phase to go back to`)
+		a.server.WriteError(w, r, fmt.Errorf(`%w: rollback needs "to", the phase to go back to`, kv.ErrInvalidBody))
 		return
 	}
 	if req.By == "" {
@@ -170,24 +172,18 @@ func (a *Agent) handleKeyTransition(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	var rec *api.KeyPhaseRecord
-	var err error
 	if rollback {
 		rec, err = migrate.Rollback(ctx, a.node, k, *req.To, t)
 	} else {
 		rec, err = migrate.Advance(ctx, a.node, k, req.To, a.keyMembers(), t)
 	}
 	kind := map[bool]string{true: "rollback", false: "advance"}[rollback]
-	switch {
-	case errors.Is(err, migrate.ErrPhaseRefused):
+	if errors.Is(err, migrate.ErrPhaseRefused) {
 		a.log.Info("key migration step refused", "migration", k.Name, "step", kind, "by", t.By, "remote", t.Remote,
 			"reason", err.Error())
-		writeAgentError(w, http.StatusConflict, api.ReasonPhaseRefused, err.Error())
-		return
-	case errors.Is(err, migrate.ErrConflict):
-		writeAgentError(w, http.StatusConflict, api.ReasonConflict, err.Error())
-		return
-	case err != nil:
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
+	}
+	if err != nil {
+		a.server.WriteError(w, r, migrateError(err))
 		return
 	}
 	a.log.Info("key migration phase changed", "migration", k.Name, "step", kind, "from", rec.Last.From,

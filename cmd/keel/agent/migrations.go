@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/migrate"
 )
@@ -40,17 +41,17 @@ func (a *Agent) handleMigrations(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	view, err := a.node.View(ctx, fsm.Linearizable)
 	if err != nil {
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	out, err := migrate.ListStatuses(view)
 	if err != nil {
-		writeAgentError(w, http.StatusInternalServerError, api.ReasonInternal, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	settings, err := a.migrationSettings(ctx)
 	if err != nil {
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	if s := a.schema(); s != nil {
@@ -77,19 +78,19 @@ func (a *Agent) handleStartMigration(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest, "body: "+err.Error())
+		a.server.WriteError(w, r, bodyError(err))
 		return
 	}
 	key := req.Group + "/" + req.Resource
 	if s := a.schema(); s == nil || s.LookupKey(key) == nil {
-		writeAgentError(w, http.StatusNotFound, api.ReasonNotFound, "resource "+key+" is not in this node's schema")
+		a.server.WriteError(w, r, fmt.Errorf("%w: resource %s is not in this node's schema", kv.ErrNoRoute, key))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	st, err := migrate.Request(ctx, a.node, key)
 	if err != nil {
-		writeMigrationError(w, err)
+		a.server.WriteError(w, r, migrateError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusAccepted, st)
@@ -102,7 +103,7 @@ func (a *Agent) handleAbortMigration(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := migrate.Abort(ctx, a.node, r.PathValue("group")+"/"+r.PathValue("resource"))
 	if err != nil {
-		writeMigrationError(w, err)
+		a.server.WriteError(w, r, migrateError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, st)
@@ -113,7 +114,7 @@ func (a *Agent) handleMigrationSettings(w http.ResponseWriter, r *http.Request) 
 	defer cancel()
 	s, err := a.migrationSettings(ctx)
 	if err != nil {
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, s)
@@ -129,18 +130,18 @@ func (a *Agent) handlePutMigrationSettings(w http.ResponseWriter, r *http.Reques
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest, "body: "+err.Error())
+		a.server.WriteError(w, r, bodyError(err))
 		return
 	}
 	if req.Auto == nil || req.Rate == nil {
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest, `body: want both "auto" and "rate"`)
+		a.server.WriteError(w, r, fmt.Errorf(`%w: want both "auto" and "rate"`, kv.ErrInvalidBody))
 		return
 	}
 	s := migrate.Settings{Auto: *req.Auto, Rate: *req.Rate}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if err := migrate.WriteSettings(ctx, a.node, s); err != nil {
-		writeMigrationError(w, err)
+		a.server.WriteError(w, r, migrateError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, s)
@@ -164,22 +165,6 @@ func (a *Agent) migrationSettings(ctx context.Context) (migrate.Settings, error)
 		return a.migrator.DefaultSettings(), nil
 	}
 	return migrate.Settings{Auto: !a.cfg.NoMigrate, Rate: 500}, nil
-}
-
-// writeMigrationError maps the migrator's errors to HTTP, replication errors to 503.
-func writeMigrationError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, migrate.ErrNoCommonVersion):
-		writeAgentError(w, http.StatusConflict, api.ReasonNoCommonVersion, err.Error())
-	case errors.Is(err, migrate.ErrNotRunning):
-		writeAgentError(w, http.StatusConflict, api.ReasonNotRunning, err.Error())
-	case errors.Is(err, migrate.ErrConflict):
-		writeAgentError(w, http.StatusConflict, api.ReasonConflict, err.Error())
-	case errors.Is(err, migrate.ErrBadSettings):
-		writeAgentError(w, http.StatusBadRequest, api.ReasonBadRequest, err.Error())
-	default:
-		writeAgentError(w, http.StatusServiceUnavailable, api.ReasonUnavailable, err.Error())
-	}
 }
 
 // migrationsCollector exports each migration record of the local state machine at

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	hraft "github.com/hashicorp/raft"
@@ -106,8 +107,7 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	if err := a.RemoveMember(ctx, id); err != nil {
-		e := kv.WireError(fmt.Errorf("remove %q: %w", id, err), true) // kv's one error table
-		writeAgentError(w, e.Code, e.Reason, e.Message)
+		a.server.WriteError(w, r, fmt.Errorf("remove %q: %w", id, err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
@@ -159,36 +159,33 @@ func (a *Agent) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 	var req api.TransferLeaderRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-			writeAgentError(w, http.StatusBadRequest, "BadRequest", "body: "+err.Error())
+			a.server.WriteError(w, r, bodyError(err))
 			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := a.node.TransferLeadership(ctx, req.ID); err != nil {
-		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
+	if err := a.transferLeadership(ctx, req.ID); err != nil {
+		a.server.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.TransferLeaderResponse{Transferred: true, To: req.ID})
 }
 
-func statusOf(err error) int {
-	if errors.Is(err, raft.ErrNoLeader) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrTimeout) ||
-		errors.Is(err, raft.ErrShutdown) {
-		return http.StatusServiceUnavailable
+// transferLeadership hands leadership to id (any voter when id is ""):
+// kv.ErrInvalidBody (400, what keel transfer-leader explains) when id is no voter of
+// the Raft configuration.
+func (a *Agent) transferLeadership(ctx context.Context, id string) error {
+	if id != "" && !slices.ContainsFunc(a.node.Status().Members, func(m raft.Member) bool {
+		return m.ID == id && m.Suffrage == hraft.Voter
+	}) {
+		return fmt.Errorf("transfer leadership: %w: %q is not a voter of the raft configuration", kv.ErrInvalidBody, id)
 	}
-	return http.StatusBadRequest
+	return a.node.TransferLeadership(ctx, id)
 }
 
 func writeAgentJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
-}
-
-func writeAgentError(w http.ResponseWriter, code int, reason, msg string) {
-	if code == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeAgentJSON(w, code, map[string]any{"code": code, "reason": reason, "message": msg})
 }

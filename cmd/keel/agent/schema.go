@@ -3,13 +3,11 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"time"
 
-	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -22,15 +20,10 @@ import (
 // SchemaChangeRefused when stored objects would be stranded. Either way nothing
 // changed unless the answer is 200.
 
-// Reasons of the schema route.
-const (
-	ReasonBadSchema           = "BadSchema"
-	ReasonSchemaChangeRefused = "SchemaChangeRefused"
-)
-
-// errNoSchemaAtStart: the node was started without -schema.
-var errNoSchemaAtStart = errors.New("agent: this node was started without -schema: its resource API is off; " +
-	"restart it with -schema FILE to serve resources")
+// errNoSchemaAtStart: the node was started without -schema. kv's table answers it as
+// a refused schema change (it is one).
+var errNoSchemaAtStart = asKind(versions.ErrSchemaChange, errors.New("agent: this node was started without "+
+	"-schema: its resource API is off; restart it with -schema FILE to serve resources"))
 
 // schema is the node's current schema, nil without one.
 func (a *Agent) schema() *versions.Schema {
@@ -85,25 +78,21 @@ func (a *Agent) handleApplySchema(w http.ResponseWriter, r *http.Request) {
 	force := r.URL.Query().Get("force") == "true"
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, versions.MaxSchemaSize+1))
 	if err != nil {
-		writeAgentError(w, http.StatusRequestEntityTooLarge, api.ReasonTooLarge,
-			fmt.Sprintf("schema body: %v (at most %d bytes)", err, versions.MaxSchemaSize))
+		a.server.WriteError(w, r, bodyError(err))
 		return
 	}
-	s, err := versions.ParseSchema(name, body)
+	s, err := versions.ParseSchema(name, body) // versions.ErrBadSchema: 400 BadSchema
 	if err != nil {
-		writeAgentError(w, http.StatusBadRequest, ReasonBadSchema, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	ch, err := a.ApplySchema(ctx, s, force)
-	switch {
-	case errors.Is(err, versions.ErrSchemaChange), errors.Is(err, errNoSchemaAtStart):
-		writeAgentError(w, http.StatusConflict, ReasonSchemaChangeRefused, err.Error())
-	case err != nil:
-		writeAgentError(w, statusOf(err), api.ReasonUnavailable, err.Error())
-	default:
-		a.log.Info("schema applied through the API", "file", name, "force", force)
-		writeAgentJSON(w, http.StatusOK, ch)
+	ch, err := a.ApplySchema(ctx, s, force) // versions.ErrSchemaChange: 409 SchemaChangeRefused
+	if err != nil {
+		a.server.WriteError(w, r, err)
+		return
 	}
+	a.log.Info("schema applied through the API", "file", name, "force", force)
+	writeAgentJSON(w, http.StatusOK, ch)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -91,7 +92,7 @@ func TestSchemaAtRunTime(t *testing.T) {
 	line := strings.Count(bad, "\n")
 	code, body := putSchema(t, g1, "bad.yaml", bad)
 	if code != http.StatusBadRequest || !strings.Contains(body, fmt.Sprintf("bad.yaml:%d:", line)) ||
-		!strings.Contains(body, ReasonBadSchema) {
+		!strings.Contains(body, api.ReasonBadSchema) {
 		t.Fatalf("bad schema: %d %s, want 400 BadSchema at bad.yaml:%d", code, body, line)
 	}
 	if g1.versions.Schema() != before {
@@ -172,7 +173,7 @@ func TestSchemaAtRunTime(t *testing.T) {
 
 	// Removing gizmos, which has objects: refused, on the HTTP route as in Reload.
 	code, body = putSchema(t, g1, "nogizmos.yaml", schemaWith(t, "v1", false))
-	if code != http.StatusConflict || !strings.Contains(body, ReasonSchemaChangeRefused) ||
+	if code != http.StatusConflict || !strings.Contains(body, api.ReasonSchemaChangeRefused) ||
 		!strings.Contains(body, "apps/gizmos") {
 		t.Fatalf("remove gizmos: %d %s, want 409 naming apps/gizmos", code, body)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/fsm"
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -26,11 +27,11 @@ func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// Check the read barrier first so that an error can still be a JSON answer.
 	if _, err := a.node.View(ctx, 0); err != nil {
-		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	if _, err := a.snapshotMAC(); err != nil {
-		writeAgentError(w, http.StatusServiceUnavailable, "Unavailable", err.Error())
+		a.server.WriteError(w, r, asKind(kv.ErrNotReady, err))
 		return
 	}
 	w.Header().Set("Content-Type", api.ContentTypeSnapshot)
@@ -49,14 +50,14 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	f, err := os.CreateTemp(a.cfg.DataDir, "restore-*.snap")
 	if err != nil {
-		writeAgentError(w, http.StatusInternalServerError, "Internal", err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	n, err := io.Copy(f, http.MaxBytesReader(w, r.Body, maxSnapshotUpload))
 	if err != nil {
-		writeAgentError(w, http.StatusBadRequest, "BadRequest", "reading the snapshot: "+err.Error())
+		a.server.WriteError(w, r, fmt.Errorf("reading the snapshot: %w", bodyError(err)))
 		return
 	}
 	force := r.URL.Query().Get("force_foreign") == "true"
@@ -64,22 +65,30 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = a.node.RestoreSnapshot(ctx, stream, func(id string) error { return a.acceptSnapshotCluster(id, force) })
 	}
+	if err != nil {
+		a.server.WriteError(w, r, restoreError(err))
+		return
+	}
+	writeAgentJSON(w, http.StatusOK, api.SnapshotRestoreResponse{Restored: strconv.FormatInt(n, 10) + " bytes"})
+}
+
+// restoreError is a failed restore's error for kv's table: an upload that is no
+// snapshot of this cluster a kv.ErrInvalidBody (400) saying why; replication errors
+// stay raft's.
+func restoreError(err error) error {
 	switch {
 	case errors.Is(err, errForeignSnapshot), errors.Is(err, errUnverifiedSnapshot):
-		writeAgentError(w, http.StatusBadRequest, "BadRequest", err.Error())
+		return asKind(kv.ErrInvalidBody, err)
 	case errors.Is(err, fsm.ErrCorrupt):
-		writeAgentError(w, http.StatusBadRequest, "BadRequest",
-			fmt.Sprintf("the snapshot file is damaged (truncated, or a checksum or length does not match); nothing changed: %v", err))
+		return asKind(kv.ErrInvalidBody, fmt.Errorf("the snapshot file is damaged (truncated, or a checksum or "+
+			"length does not match); nothing changed: %w", err))
 	case errors.Is(err, fsm.ErrNotSnapshot):
-		writeAgentError(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("not a keel snapshot; nothing changed: %v", err))
+		return asKind(kv.ErrInvalidBody, fmt.Errorf("not a keel snapshot; nothing changed: %w", err))
 	case errors.Is(err, fsm.ErrUnknownFormat):
-		writeAgentError(w, http.StatusBadRequest, "BadRequest",
-			fmt.Sprintf("the snapshot was written by a newer keel release; nothing changed: %v", err))
-	case err != nil:
-		writeAgentError(w, statusOf(err), "Unavailable", err.Error())
-	default:
-		writeAgentJSON(w, http.StatusOK, api.SnapshotRestoreResponse{Restored: strconv.FormatInt(n, 10) + " bytes"})
+		return asKind(kv.ErrInvalidBody, fmt.Errorf("the snapshot was written by a newer keel release; "+
+			"nothing changed: %w", err))
 	}
+	return err
 }
 
 // errForeignSnapshot: a restore of another cluster's snapshot, refused without force.

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-kv/keel/fsm"
-	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/resources"
 	"github.com/keel-kv/keel/membership"
 	"github.com/keel-kv/keel/migrate"
@@ -157,7 +156,7 @@ func (a *Agent) handleVersions(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	rep, err := versions.BuildReport(ctx, a.node, a.versions, a.cfg.NodeID)
 	if err != nil {
-		writeAgentError(w, http.StatusServiceUnavailable, api.ReasonUnavailable, err.Error())
+		a.server.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, rep)
