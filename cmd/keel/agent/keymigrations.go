@@ -93,14 +93,14 @@ func (a *Agent) handleKeyMigrations(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	view, err := a.node.View(ctx, fsm.Linearizable)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	out := []*api.KeyMigrationStatus{}
 	for _, k := range a.schema().KeyMigrations() {
 		st, err := a.keyMigrationStatus(view, k)
 		if err != nil {
-			a.server.WriteError(w, r, err)
+			a.httpd.WriteError(w, r, err)
 			return
 		}
 		out = append(out, st)
@@ -122,19 +122,19 @@ func (a *Agent) lookupKeyMigration(name string) (*versions.KeyMigration, error) 
 func (a *Agent) handleKeyMigration(w http.ResponseWriter, r *http.Request) {
 	k, err := a.lookupKeyMigration(r.PathValue("name"))
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	view, err := a.node.View(ctx, fsm.Linearizable)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	st, err := a.keyMigrationStatus(view, k)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, st)
@@ -146,23 +146,23 @@ func (a *Agent) handleKeyMigration(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleKeyTransition(w http.ResponseWriter, r *http.Request) {
 	k, err := a.lookupKeyMigration(r.PathValue("name"))
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	var req api.KeyMigrationRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		a.server.WriteError(w, r, bodyError(err))
+		a.httpd.WriteError(w, r, bodyError(err))
 		return
 	}
 	rollback := r.URL.Path == api.PathKeyMigrations+"/"+k.Name+"/rollback"
 	if req.To != nil && (*req.To < 0 || *req.To > api.KeyPhaseMax) {
-		a.server.WriteError(w, r, fmt.Errorf("%w: to %d is not a phase (0 to %d)", kv.ErrInvalidBody, *req.To, api.KeyPhaseMax))
+		a.httpd.WriteError(w, r, fmt.Errorf("%w: to %d is not a phase (0 to %d)", kv.ErrInvalidBody, *req.To, api.KeyPhaseMax))
 		return
 	}
 	if rollback && req.To == nil {
-		a.server.WriteError(w, r, fmt.Errorf(`%w: rollback needs "to", the phase to go back to`, kv.ErrInvalidBody))
+		a.httpd.WriteError(w, r, fmt.Errorf(`%w: rollback needs "to", the phase to go back to`, kv.ErrInvalidBody))
 		return
 	}
 	if req.By == "" {
@@ -183,7 +183,7 @@ func (a *Agent) handleKeyTransition(w http.ResponseWriter, r *http.Request) {
 			"reason", err.Error())
 	}
 	if err != nil {
-		a.server.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, migrateError(err))
 		return
 	}
 	a.log.Info("key migration phase changed", "migration", k.Name, "step", kind, "from", rec.Last.From,

@@ -57,7 +57,7 @@ func (a *Agent) handleLeave(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	if err := a.Leave(ctx); err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.LeaveResponse{NodeID: a.cfg.NodeID, Left: true})

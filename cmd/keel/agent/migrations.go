@@ -41,17 +41,17 @@ func (a *Agent) handleMigrations(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	view, err := a.node.View(ctx, fsm.Linearizable)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	out, err := migrate.ListStatuses(view)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	settings, err := a.migrationSettings(ctx)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	if s := a.schema(); s != nil {
@@ -78,19 +78,19 @@ func (a *Agent) handleStartMigration(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		a.server.WriteError(w, r, bodyError(err))
+		a.httpd.WriteError(w, r, bodyError(err))
 		return
 	}
 	key := req.Group + "/" + req.Resource
 	if s := a.schema(); s == nil || s.LookupKey(key) == nil {
-		a.server.WriteError(w, r, fmt.Errorf("%w: resource %s is not in this node's schema", kv.ErrNoRoute, key))
+		a.httpd.WriteError(w, r, fmt.Errorf("%w: resource %s is not in this node's schema", kv.ErrNoRoute, key))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	st, err := migrate.Request(ctx, a.node, key)
 	if err != nil {
-		a.server.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, migrateError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusAccepted, st)
@@ -103,7 +103,7 @@ func (a *Agent) handleAbortMigration(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := migrate.Abort(ctx, a.node, r.PathValue("group")+"/"+r.PathValue("resource"))
 	if err != nil {
-		a.server.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, migrateError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, st)
@@ -114,7 +114,7 @@ func (a *Agent) handleMigrationSettings(w http.ResponseWriter, r *http.Request) 
 	defer cancel()
 	s, err := a.migrationSettings(ctx)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, s)
@@ -130,18 +130,18 @@ func (a *Agent) handlePutMigrationSettings(w http.ResponseWriter, r *http.Reques
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		a.server.WriteError(w, r, bodyError(err))
+		a.httpd.WriteError(w, r, bodyError(err))
 		return
 	}
 	if req.Auto == nil || req.Rate == nil {
-		a.server.WriteError(w, r, fmt.Errorf(`%w: want both "auto" and "rate"`, kv.ErrInvalidBody))
+		a.httpd.WriteError(w, r, fmt.Errorf(`%w: want both "auto" and "rate"`, kv.ErrInvalidBody))
 		return
 	}
 	s := migrate.Settings{Auto: *req.Auto, Rate: *req.Rate}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if err := migrate.WriteSettings(ctx, a.node, s); err != nil {
-		a.server.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, migrateError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, s)

@@ -107,7 +107,7 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	if err := a.RemoveMember(ctx, id); err != nil {
-		a.server.WriteError(w, r, fmt.Errorf("remove %q: %w", id, err))
+		a.httpd.WriteError(w, r, fmt.Errorf("remove %q: %w", id, err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.RemovePeerResponse{Removed: id})
@@ -159,14 +159,14 @@ func (a *Agent) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 	var req api.TransferLeaderRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-			a.server.WriteError(w, r, bodyError(err))
+			a.httpd.WriteError(w, r, bodyError(err))
 			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	if err := a.transferLeadership(ctx, req.ID); err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.TransferLeaderResponse{Transferred: true, To: req.ID})

@@ -78,19 +78,19 @@ func (a *Agent) handleApplySchema(w http.ResponseWriter, r *http.Request) {
 	force := r.URL.Query().Get("force") == "true"
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, versions.MaxSchemaSize+1))
 	if err != nil {
-		a.server.WriteError(w, r, bodyError(err))
+		a.httpd.WriteError(w, r, bodyError(err))
 		return
 	}
 	s, err := versions.ParseSchema(name, body) // versions.ErrBadSchema: 400 BadSchema
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	ch, err := a.ApplySchema(ctx, s, force) // versions.ErrSchemaChange: 409 SchemaChangeRefused
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	a.log.Info("schema applied through the API", "file", name, "force", force)

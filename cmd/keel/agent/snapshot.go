@@ -27,11 +27,11 @@ func (a *Agent) handleSnapshotSave(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// Check the read barrier first so that an error can still be a JSON answer.
 	if _, err := a.node.View(ctx, 0); err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	if _, err := a.snapshotMAC(); err != nil {
-		a.server.WriteError(w, r, asKind(kv.ErrNotReady, err))
+		a.httpd.WriteError(w, r, asKind(kv.ErrNotReady, err))
 		return
 	}
 	w.Header().Set("Content-Type", api.ContentTypeSnapshot)
@@ -50,14 +50,14 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	f, err := os.CreateTemp(a.cfg.DataDir, "restore-*.snap")
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	n, err := io.Copy(f, http.MaxBytesReader(w, r.Body, maxSnapshotUpload))
 	if err != nil {
-		a.server.WriteError(w, r, fmt.Errorf("reading the snapshot: %w", bodyError(err)))
+		a.httpd.WriteError(w, r, fmt.Errorf("reading the snapshot: %w", bodyError(err)))
 		return
 	}
 	force := r.URL.Query().Get("force_foreign") == "true"
@@ -66,7 +66,7 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 		err = a.node.RestoreSnapshot(ctx, stream, func(id string) error { return a.acceptSnapshotCluster(id, force) })
 	}
 	if err != nil {
-		a.server.WriteError(w, r, restoreError(err))
+		a.httpd.WriteError(w, r, restoreError(err))
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.SnapshotRestoreResponse{Restored: strconv.FormatInt(n, 10) + " bytes"})

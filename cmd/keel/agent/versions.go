@@ -156,7 +156,7 @@ func (a *Agent) handleVersions(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	rep, err := versions.BuildReport(ctx, a.node, a.versions, a.cfg.NodeID)
 	if err != nil {
-		a.server.WriteError(w, r, err)
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, rep)
