@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -37,6 +38,43 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 	})
 }
 
+// call serves a route that takes no query parameter and no body: op runs for the
+// request's caller under the request deadline, and its result is the 200 JSON answer.
+func (s *Server) call(op func(ctx context.Context, c kv.Caller, r *http.Request) (any, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if _, err := parseParams(r); err != nil {
+			return err
+		}
+		ctx, cancel := s.requestContext(r)
+		defer cancel()
+		v, err := op(ctx, callerOf(r), r)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
+// callBody is call for a route whose request is a JSON body of at most max bytes (and
+// no query parameter), decoded into a T; what names it in errors ("acl token: ...").
+func callBody[T any](s *Server, max int64, what string, op func(ctx context.Context, c kv.Caller, r *http.Request, body T) (any, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var body T
+		if err := decodeJSONBody(w, r, max, what+" body", what, &body); err != nil {
+			return err
+		}
+		ctx, cancel := s.requestContext(r)
+		defer cancel()
+		v, err := op(ctx, callerOf(r), r, body)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
 // routes registers every route of the API. Each path also gets a method-less
 // fallback so that a wrong method is a JSON 405 rather than ServeMux's plain text.
 func (s *Server) routes() {
@@ -49,7 +87,9 @@ func (s *Server) routes() {
 	s.route(api.PathStream, map[string]handlerFunc{http.MethodGet: s.handleStream})
 	s.route(api.PathTxn, map[string]handlerFunc{http.MethodPost: s.handleTxn})
 	s.route(api.PathCompact, map[string]handlerFunc{http.MethodPost: s.handleCompact})
-	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.handleStatus})
+	// GET /v1/status answers from local state; it never waits for a leader.
+	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.call(
+		func(ctx context.Context, _ kv.Caller, _ *http.Request) (any, error) { return s.core.Status(ctx) })})
 	s.route(api.PathHealth, map[string]handlerFunc{http.MethodGet: s.handleHealth})
 	s.route(api.PathReady, map[string]handlerFunc{http.MethodGet: s.handleReady})
 	s.apiRoutes()

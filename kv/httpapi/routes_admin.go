@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,21 +9,6 @@ import (
 
 	"github.com/keel-kv/keel/kv/api"
 )
-
-// handleStatus serves GET /v1/status from local state; it never waits for a leader.
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseParams(r); err != nil {
-		return err
-	}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
-	resp, err := s.core.Status(ctx)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
-}
 
 // handleHealth serves GET /healthz: 200 while the process can answer HTTP.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
@@ -37,7 +23,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	if r.URL.Query().Has("verbose") {
-		s.writeVerboseReady(w, r)
+		s.writeVerboseReady(ctx, w)
 		return nil
 	}
 	if err := s.core.Ready(ctx); err != nil {
@@ -49,9 +35,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 
 // writeVerboseReady answers /readyz?verbose like Kubernetes: one [+] or [-] line per
 // check, then the verdict; 200 when every check passes, else 503.
-func (s *Server) writeVerboseReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
+func (s *Server) writeVerboseReady(ctx context.Context, w http.ResponseWriter) {
 	var b strings.Builder
 	ok := true
 	for _, c := range s.core.ReadyChecks(ctx) {
