@@ -13,6 +13,19 @@ import (
 // token may touch (checkKey, readFilter, listRights, checkTxnAccess). Every right
 // decision is the ACL engine's (kv/acl); the core asks it, for every door.
 
+// CheckClientCert is the client-certificate rule (Config.RequireClientCert) for every
+// door: verified says the request's TLS session carries a client certificate the
+// cluster CA verified. It returns nil when the node requires none or verified is true,
+// else an ErrClientCertRequired that tells the client how to get one. Health checks
+// are the door's to exempt (load balancers probe without a certificate).
+func (s *Server) CheckClientCert(verified bool) error {
+	if !s.cfg.RequireClientCert || verified {
+		return nil
+	}
+	return fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA "+
+		"(keel tls cert create -client NAME; -cert-file/-key-file)", ErrClientCertRequired)
+}
+
 type authzKey struct{}
 
 // authzOf returns the authorizer a core call runs for (Caller.context put it in ctx):

@@ -52,6 +52,10 @@ var (
 	// ErrUnauthorized: ACLs are enforced and the request carries no valid token. It is
 	// the ACL engine's acl.ErrUnauthorized (one value under two names).
 	ErrUnauthorized = acl.ErrUnauthorized
+	// ErrClientCertRequired: the node requires a client certificate (RequireClientCert)
+	// and the request came without one the cluster CA verified (CheckClientCert). It is
+	// an ErrUnauthorized, answered 401 with its own reason.
+	ErrClientCertRequired = fmt.Errorf("%w: client certificate required", ErrUnauthorized)
 	// ErrForbidden: the request's token lacks the right the request needs. It is the
 	// ACL engine's acl.ErrForbidden (one value under two names).
 	ErrForbidden = acl.ErrForbidden
@@ -108,6 +112,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusConflict, api.ReasonNoCommonVersion
 	case errors.Is(err, ErrNotRunning):
 		return http.StatusConflict, api.ReasonNotRunning
+	case errors.Is(err, ErrClientCertRequired): // an ErrUnauthorized: first
+		return http.StatusUnauthorized, api.ReasonClientCertRequired
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, api.ReasonUnauthorized
 	case errors.Is(err, ErrForbidden), errors.Is(err, raft.ErrCallerRefused):

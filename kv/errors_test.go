@@ -32,6 +32,8 @@ func TestClassify(t *testing.T) {
 		{ErrConflict, 409, api.ReasonConflict},
 		{ErrDowngraded, 409, api.ReasonDowngraded},
 		{ErrReservedPrefix, 403, api.ReasonReservedPrefix},
+		{ErrUnauthorized, 401, api.ReasonUnauthorized},
+		{ErrClientCertRequired, 401, api.ReasonClientCertRequired},
 		{fsm.ErrCompacted, 410, api.ReasonResourceExpired},
 		{&fsm.WatchError{Err: fsm.ErrSlowWatcher}, 503, api.ReasonSlowWatcher},
 		{fsm.ErrWatchRestored, 410, api.ReasonRestored},

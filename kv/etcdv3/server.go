@@ -162,8 +162,8 @@ func (e *Server) admit(ctx context.Context, method string) (context.Context, err
 	if err := e.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if e.core.Config().RequireClientCert && !verifiedPeer(ctx) {
-		return nil, etcdError(fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA", kv.ErrUnauthorized))
+	if err := e.core.CheckClientCert(verifiedPeer(ctx)); err != nil {
+		return nil, etcdError(err)
 	}
 	if hasLeaderMD(ctx) {
 		if err := e.core.LeaderContact(); err != nil {

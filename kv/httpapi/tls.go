@@ -106,21 +106,18 @@ func TLSState(r *http.Request) *tls.ConnectionState {
 	return &cs
 }
 
-// requireClientCert answers 401 to a request without a verified client certificate
-// when Config.RequireClientCert is set; health checks pass without one.
+// requireClientCert refuses a request without a verified client certificate as the
+// core's rule says (kv.Server.CheckClientCert); health checks pass without one.
 func (s *Server) requireClientCert(next http.Handler) http.Handler {
-	if !s.cfg.RequireClientCert {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case api.PathHealth, api.PathLive, api.PathReady:
 			next.ServeHTTP(w, r)
 			return
 		}
-		if cs := TLSState(r); cs == nil || len(cs.VerifiedChains) == 0 {
-			writeJSON(w, http.StatusUnauthorized, api.Error{Code: http.StatusUnauthorized, Reason: api.ReasonClientCertRequired,
-				Message: "this node requires a client certificate signed by the cluster CA (keel tls cert create -client NAME; -cert-file/-key-file)"})
+		cs := TLSState(r)
+		if err := s.core.CheckClientCert(cs != nil && len(cs.VerifiedChains) > 0); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
