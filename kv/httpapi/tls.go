@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -17,9 +18,22 @@ import (
 // speaks plain HTTP to the TLS port is answered, in plain text since that is all it
 // reads, with a 400 whose JSON body says to use https — then the connection closes.
 
-// plainOnTLSAnswer is written, unencrypted, to a client that sent plain HTTP.
+// plainOnTLSAnswer is written, unencrypted, to a client that sent plain HTTP: the
+// answer writeError would give errPlainHTTPOnTLS, spelled out because it is written
+// before any HTTP parsing (TestPlainOnTLSAnswerIsTheErrorTables keeps the two equal).
 const plainOnTLSAnswer = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" +
 	`{"code":400,"reason":"BadRequest","message":"this keel node serves HTTPS: use https:// (and -ca-file) to reach it"}` + "\n"
+
+// errPlainHTTPOnTLS is the refusal plainOnTLSAnswer carries: a bad request in keel's
+// error table (a kv.ErrInvalidParam: the URL's scheme) whose message is only the advice.
+var errPlainHTTPOnTLS error = plainHTTPOnTLSError{}
+
+type plainHTTPOnTLSError struct{}
+
+func (plainHTTPOnTLSError) Error() string {
+	return "this keel node serves HTTPS: use https:// (and -ca-file) to reach it"
+}
+func (plainHTTPOnTLSError) Unwrap() error { return kv.ErrInvalidParam }
 
 // tlsListener wraps each accepted connection in a server-side TLS session.
 type tlsListener struct {

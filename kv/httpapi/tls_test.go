@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -55,5 +56,21 @@ func TestHTTPDoorRequiresClientCert(t *testing.T) {
 	}
 	if code, e := get(client(true), api.PathKV+"k"); code == http.StatusUnauthorized {
 		t.Errorf("GET with a client certificate of the cluster CA = %d %+v, want served", code, e)
+	}
+}
+
+// plainOnTLSAnswer is spelled out as a constant (it is written before any HTTP
+// parsing), so this keeps it the error table's answer (kv.WireError) to the refusal
+// it carries, status line included: the two cannot drift apart.
+func TestPlainOnTLSAnswerIsTheErrorTables(t *testing.T) {
+	e := kv.WireError(errPlainHTTPOnTLS, false)
+	js, err := json.Marshal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n%s\n",
+		e.Code, http.StatusText(e.Code), js)
+	if plainOnTLSAnswer != want {
+		t.Errorf("plainOnTLSAnswer =\n%q\nthe error table answers\n%q", plainOnTLSAnswer, want)
 	}
 }
