@@ -100,6 +100,14 @@ type Config struct {
 // A quarter of that leaves room for the command's encoding around the body.
 const MaxRequestBytesLimit = 64 << 20
 
+// MaxRequestBytes is the largest request any door must accept whole: a put of the
+// largest value under the longest key, or the largest txn body. A door sizes its
+// frames and messages by it (plus its own framing); the rules inside (MaxValueBytes,
+// MaxTxnBodyBytes) are the core's.
+func (c Config) MaxRequestBytes() int64 {
+	return max(c.MaxValueBytes+int64(c.MaxKeyBytes), c.MaxTxnBodyBytes)
+}
+
 // DefaultConfig returns the default configuration.
 func DefaultConfig() Config {
 	return Config{

@@ -67,8 +67,14 @@ func (s *Server) Delete(ctx context.Context, c Caller, key string, prefix bool, 
 
 // DecodeTxn decodes and validates a transaction in the KV API's JSON form
 // (api.TxnRequest: unknown fields, trailing data and strings that are not UTF-8 are
-// refused), ready for Txn.
+// refused), ready for Txn. A body over MaxTxnBodyBytes is refused (ErrTooLarge) before
+// it is decoded.
 func (s *Server) DecodeTxn(body []byte) (*fsm.Txn, error) { return decodeTxn(body, s.lim) }
+
+// CheckTxnBody is DecodeTxn's size rule alone: a door that knows a body's size before
+// it reads it (HTTP's Content-Length) asks first, so that a body refused is never
+// read, and answers in DecodeTxn's words.
+func (s *Server) CheckTxnBody(size int64) error { return s.lim.checkTxnBody(size) }
 
 // TxnResponse is a transaction's result in its wire form.
 func TxnResponse(res *fsm.Result) api.TxnResponse { return txnResponse(res) }

@@ -10,13 +10,25 @@ import (
 // limits are the input bounds every request is checked against before anything is
 // proposed or read.
 type limits struct {
-	maxKeyBytes   int
-	maxValueBytes int64
-	maxListLimit  int
+	maxKeyBytes     int
+	maxValueBytes   int64
+	maxTxnBodyBytes int64
+	maxListLimit    int
 }
 
 func (c Config) limits() limits {
-	return limits{maxKeyBytes: c.MaxKeyBytes, maxValueBytes: c.MaxValueBytes, maxListLimit: c.MaxListLimit}
+	return limits{maxKeyBytes: c.MaxKeyBytes, maxValueBytes: c.MaxValueBytes,
+		maxTxnBodyBytes: c.MaxTxnBodyBytes, maxListLimit: c.MaxListLimit}
+}
+
+// checkTxnBody accepts a transaction's JSON body of at most maxTxnBodyBytes bytes
+// (ErrTooLarge). The message leaves out the size: a door that stops reading a body at
+// the limit does not know it, and every door answers in the same words.
+func (l limits) checkTxnBody(size int64) error {
+	if size > l.maxTxnBodyBytes {
+		return fmt.Errorf("%w: txn body is more than the maximum %d bytes", ErrTooLarge, l.maxTxnBodyBytes)
+	}
+	return nil
 }
 
 // checkKey accepts non-empty UTF-8 keys of at most maxKeyBytes bytes.

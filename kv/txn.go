@@ -36,6 +36,9 @@ func DecodeJSON(body []byte, v any) error {
 // decodeTxn decodes and validates a POST /v1/txn body into a state machine Txn (see
 // limits.txn).
 func decodeTxn(body []byte, lim limits) (*fsm.Txn, error) {
+	if err := lim.checkTxnBody(int64(len(body))); err != nil {
+		return nil, err
+	}
 	var req api.TxnRequest
 	if err := DecodeJSON(body, &req); err != nil {
 		return nil, err

@@ -69,7 +69,7 @@ func New(core *kv.Server) *Server {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
-		grpc.MaxRecvMsgSize(int(max(cfg.MaxTxnBodyBytes, cfg.MaxValueBytes+int64(cfg.MaxKeyBytes))) + 4096),
+		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes()) + 4096),
 		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
 		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
 		// that would close their connections with "too many pings".

@@ -138,3 +138,30 @@ func TestNetHTTPOwnErrorsAreJSON(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestTxnBodyOverLimitSameWords: a txn body over MaxTxnBodyBytes is refused 413 in
+// the core's words (kv.Server.DecodeTxn), the stream's too, whether it announced its
+// length (refused unread) or came chunked (read up to the cap, then refused).
+func TestTxnBodyOverLimitSameWords(t *testing.T) {
+	addr := serveTCP(t, func(c *kv.Config) { c.MaxValueBytes, c.MaxTxnBodyBytes = 64, 1024 })
+	want := "txn body is more than the maximum 1024 bytes"
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	for _, chunked := range []bool{false, true} {
+		var body io.Reader = strings.NewReader(`{"success":[]}` + strings.Repeat(" ", 1024))
+		if chunked {
+			body = io.MultiReader(body) // hides the length: chunked encoding
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+api.PathTxn, body)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("chunked %v: %v", chunked, err)
+		}
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 413 || e.Reason != api.ReasonTooLarge || !strings.Contains(e.Message, want) {
+			t.Errorf("chunked %v: %d %+v, want 413 TooLarge saying %q", chunked, resp.StatusCode, e, want)
+		}
+	}
+}

@@ -33,13 +33,26 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64, what string) ([
 		drainBody(w, r, max)
 		return nil, fmt.Errorf("%w: %s is %d bytes, more than the maximum %d", kv.ErrTooLarge, what, r.ContentLength, max)
 	}
+	b, err := readCapped(w, r, max, what)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s is more than the maximum %d bytes", kv.ErrTooLarge, what, max)
+	}
+	return b, nil
+}
+
+// readCapped reads r's body, but at most max+1 bytes: the cap bounds what a body
+// costs the door, and the byte past max lets the rule that owns the limit refuse it
+// (a longer body is drained, drainBody). It refuses nothing for its size.
+func readCapped(w http.ResponseWriter, r *http.Request, max int64, what string) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %v", kv.ErrInvalidBody, what, err)
 	}
 	if int64(len(b)) > max {
 		drainBody(w, r, max)
-		return nil, fmt.Errorf("%w: %s is more than the maximum %d bytes", kv.ErrTooLarge, what, max)
 	}
 	return b, nil
 }

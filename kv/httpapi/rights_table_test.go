@@ -51,6 +51,9 @@ func (d httpDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		}
 	case rt.Txn:
 		method, path, body = http.MethodPost, api.PathTxn, string(rt.MustJSON(op.Txn))
+		if op.Body != nil {
+			body = string(op.Body)
+		}
 	case rt.LeaseGrant:
 		method, path, body = http.MethodPost, api.PathLeases, `{"ttl":600}`
 	case rt.LeaseKeepAlive:

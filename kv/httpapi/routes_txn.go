@@ -14,7 +14,13 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseParams(r); err != nil {
 		return err
 	}
-	body, err := readBody(w, r, s.cfg.MaxTxnBodyBytes, "txn body")
+	// The size rule is the core's (DecodeTxn): a body whose Content-Length breaks it
+	// is refused unread, any other is read up to the limit and one byte more.
+	if err := s.core.CheckTxnBody(r.ContentLength); err != nil {
+		drainBody(w, r, s.cfg.MaxTxnBodyBytes)
+		return fmt.Errorf("txn: %w", err)
+	}
+	body, err := readCapped(w, r, s.cfg.MaxTxnBodyBytes, "txn body")
 	if err != nil {
 		return err
 	}

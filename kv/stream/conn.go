@@ -92,8 +92,7 @@ func (c *streamConn) serve() {
 		c.d.mu.Unlock()
 		c.d.wg.Done()
 	}()
-	cfg := c.d.cfg
-	max := int(max(cfg.MaxValueBytes+int64(cfg.MaxKeyBytes), cfg.MaxTxnBodyBytes)) + 64
+	max := int(c.d.cfg.MaxRequestBytes()) + 64
 	for {
 		body, err := c.readFrame(max)
 		var tooLarge *api.ErrStreamFrameTooLarge

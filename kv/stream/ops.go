@@ -110,9 +110,6 @@ func (d *Door) delete(ctx context.Context, c kv.Caller, key string, req *api.Str
 // refused with a 413 when the transaction only read (the client asks again over
 // HTTP); a transaction that wrote says at which revision it was applied.
 func (d *Door) txn(ctx context.Context, c kv.Caller, req *api.StreamRequest, resp *api.StreamResponse) error {
-	if int64(len(req.Value)) > d.cfg.MaxTxnBodyBytes {
-		return fmt.Errorf("%w: txn body of %d bytes (at most %d)", kv.ErrTooLarge, len(req.Value), d.cfg.MaxTxnBodyBytes)
-	}
 	txn, err := d.core.DecodeTxn(req.Value)
 	if err != nil {
 		return fmt.Errorf("txn: %w", err)

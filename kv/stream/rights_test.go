@@ -91,6 +91,9 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) (r api.StreamRequest, ok bo
 		r.Op, r.Prefix = api.StreamWatch, op.Prefix
 	case rt.Txn:
 		r.Op, r.Key, r.Value = api.StreamTxn, nil, rt.MustJSON(op.Txn)
+		if op.Body != nil {
+			r.Value = op.Body
+		}
 	case rt.LeaseGrant:
 		r.Op, r.TTL = api.StreamLeaseGrant, 600*time.Second
 	case rt.LeaseKeepAlive:
