@@ -57,12 +57,31 @@ func (s *Server) CheckPut(c Caller, key string, lease int64) error {
 }
 
 // Delete deletes key (every key with that prefix when prefix), only if its mod
-// revision is prev when prev > 0. c needs the write right on what it deletes.
+// revision is prev when prev >= 0 (prev < 0: no guard). A guard must name a revision
+// the key was written at (prev >= 1) and a single key (not prefix): ErrInvalidParam
+// otherwise. c needs the write right on what it deletes.
 func (s *Server) Delete(ctx context.Context, c Caller, key string, prefix bool, prev int64) (api.DeleteResponse, error) {
 	if err := s.lim.checkKey(key); err != nil {
 		return api.DeleteResponse{}, err
 	}
+	if err := checkDeleteGuard(prefix, prev); err != nil {
+		return api.DeleteResponse{}, err
+	}
 	return s.deleteKey(c.context(ctx), key, prefix, prev)
+}
+
+// checkDeleteGuard is Delete's rule for its guard prev (< 0: none): a key that does
+// not exist (mod revision 0) cannot be deleted, and a range has no one mod revision.
+func checkDeleteGuard(prefix bool, prev int64) error {
+	switch {
+	case prev < 0:
+		return nil
+	case prefix:
+		return fmt.Errorf("%w: prev_revision cannot be combined with a prefix delete", ErrInvalidParam)
+	case prev < 1:
+		return fmt.Errorf("%w: prev_revision of a delete must be at least 1", ErrInvalidParam)
+	}
+	return nil
 }
 
 // DecodeTxn decodes and validates a transaction in the KV API's JSON form
@@ -122,7 +141,7 @@ func (s *Server) putKey(ctx context.Context, key string, value []byte, prev, lea
 }
 
 // deleteKey deletes key (every key with that prefix when prefix), only if its mod
-// revision is prev when prev > 0.
+// revision is prev when prev > 0 (checkDeleteGuard has refused any other guard).
 func (s *Server) deleteKey(ctx context.Context, key string, prefix bool, prev int64) (api.DeleteResponse, error) {
 	op := fsm.Op{Type: fsm.OpDelete, Key: []byte(key)}
 	if prefix {

@@ -87,3 +87,41 @@ func TestTxnDuplicateRule(t *testing.T) {
 		t.Errorf("apply of the node's own txn putting a key twice = %v, want ErrDuplicateKey", err)
 	}
 }
+
+// TestDeleteGuards: the core's Delete, for every door, refuses a guard on mod revision
+// 0 or below 1 (a key that is absent cannot be deleted) and a guard on a prefix delete
+// (a range has no one mod revision), ErrInvalidParam, and deletes nothing; prev < 0
+// is no guard.
+func TestDeleteGuards(t *testing.T) {
+	store := kvtest.New()
+	s, err := NewServer(DefaultConfig(), store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rev, err := s.Put(ctx, Caller{}, "a/x", []byte("v"), -1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range []struct {
+		prefix bool
+		prev   int64
+	}{
+		{false, 0},
+		{true, 0},
+		{true, rev},
+	} {
+		if _, err := s.Delete(ctx, Caller{}, "a/", tt.prefix, tt.prev); !errors.Is(err, ErrInvalidParam) {
+			t.Errorf("#%d: Delete(prefix %v, prev %d) = %v, want ErrInvalidParam", i, tt.prefix, tt.prev, err)
+		}
+	}
+	if _, err := s.Delete(ctx, Caller{}, "a/x", false, 0); !errors.Is(err, ErrInvalidParam) {
+		t.Errorf("Delete(a/x, prev 0) = %v, want ErrInvalidParam", err)
+	}
+	if store.FSM().Revision() != rev {
+		t.Fatalf("refused deletes moved the revision %d → %d", rev, store.FSM().Revision())
+	}
+	if r, err := s.Delete(ctx, Caller{}, "a/", true, -1); err != nil || r.Deleted != 1 {
+		t.Errorf("Delete(a/, prefix, no guard) = %+v, %v; want 1 deleted", r, err)
+	}
+}

@@ -108,10 +108,15 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 			r.Lease = d.f.Lease
 		}
 		_, err = d.kv.Put(ctx, r)
-	case rt.Delete:
-		_, err = d.kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key})
-	case rt.DeleteRange:
-		_, err = d.kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)})
+	case rt.Delete, rt.DeleteRange:
+		if op.HasPrev { // etcd guards a delete with a Txn's compare, not on the delete
+			return rt.NotServed
+		}
+		r := &pb.DeleteRangeRequest{Key: key}
+		if op.Kind == rt.DeleteRange {
+			r.RangeEnd = fsm.PrefixEnd(key)
+		}
+		_, err = d.kv.DeleteRange(ctx, r)
 	case rt.Watch:
 		err = d.watchOnce(ctx, op)
 	case rt.Txn:

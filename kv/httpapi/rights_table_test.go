@@ -42,8 +42,14 @@ func (d httpDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		}
 	case rt.Delete:
 		method = http.MethodDelete
+		if op.HasPrev {
+			path += fmt.Sprintf("?prev_revision=%d", op.Prev)
+		}
 	case rt.DeleteRange:
 		method, path = http.MethodDelete, path+"?prefix=true"
+		if op.HasPrev {
+			path += fmt.Sprintf("&prev_revision=%d", op.Prev)
+		}
 	case rt.Watch:
 		path = api.PathWatch + op.Key
 		if op.Prefix {

@@ -132,12 +132,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	prev, err := p.int64(api.ParamPrevRevision, 1, -1)
+	prev, err := p.int64(api.ParamPrevRevision, 0, -1) // -1: absent; the core says which guards a delete takes
 	if err != nil {
 		return err
-	}
-	if prefix && prev > 0 {
-		return fmt.Errorf("%w: prev_revision cannot be combined with prefix=true", kv.ErrInvalidParam)
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()

@@ -90,11 +90,8 @@ func (d *Door) op(ctx context.Context, c kv.Caller, req *api.StreamRequest, resp
 }
 
 func (d *Door) delete(ctx context.Context, c kv.Caller, key string, req *api.StreamRequest, resp *api.StreamResponse) error {
-	prev := int64(0)
+	prev := int64(-1) // no guard; the core says which guards a delete takes
 	if req.HasPrev {
-		if req.PrevRevision < 1 {
-			return fmt.Errorf("%w: prev_revision of a delete must be at least 1", kv.ErrInvalidParam)
-		}
 		prev = req.PrevRevision
 	}
 	r, err := d.core.Delete(ctx, c, key, false, prev)

@@ -83,8 +83,11 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) (r api.StreamRequest, ok bo
 			r.HasLease, r.LeaseID = true, d.f.Lease
 		}
 	case rt.Delete:
-		r.Op = api.StreamDelete
+		r.Op, r.HasPrev, r.PrevRevision = api.StreamDelete, op.HasPrev, op.Prev
 	case rt.DeleteRange:
+		if op.HasPrev {
+			return r, false // a txn's delete_range carries no guard of its own
+		}
 		r.Op, r.Key = api.StreamTxn, nil
 		r.Value = rt.MustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpDeleteRange, Key: op.Key, Prefix: true}}})
 	case rt.Watch:

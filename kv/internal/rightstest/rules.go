@@ -12,7 +12,8 @@ import (
 )
 
 // The rules table: the core's rules other than rights — key limits and UTF-8, the
-// value limit, keel's reserved prefix, the duplicate-key rule — each broken by one
+// value limit, the txn body limit, keel's reserved prefix, the duplicate-key rule, the
+// guards a delete may carry — each broken by one
 // operation that every door carries, sent with every right (Fixture.Mgmt) so that only
 // the rule can refuse it. Each door must refuse each case with the rule's answer and
 // change nothing.
@@ -65,6 +66,12 @@ var RuleCases = func() []RuleCase {
 			Success: []api.Op{put(Other + "d"), put(Other + "d")}}}, ""},
 		{Name: "txn body over the limit", Rule: RuleTooLarge, Op: Op{Kind: Txn, Body: bigTxn},
 			Msg: fmt.Sprintf("txn body is more than the maximum %d bytes", cfg.MaxTxnBodyBytes)},
+		{Name: "delete guarded on mod revision 0", Rule: RuleInvalid,
+			Op:  Op{Kind: Delete, Key: Key, HasPrev: true, Prev: 0},
+			Msg: "prev_revision of a delete must be at least 1"},
+		{Name: "prefix delete guarded on a mod revision", Rule: RuleInvalid,
+			Op:  Op{Kind: DeleteRange, Key: "app/", HasPrev: true, Prev: 1},
+			Msg: "prev_revision cannot be combined with a prefix delete"},
 	}
 }()
 

@@ -72,6 +72,8 @@ type Op struct {
 	Lease        bool   // put: attach to the fixture's lease
 	Value        []byte // put: nil = "v"
 	Txn          api.TxnRequest
+	HasPrev      bool  // delete: guarded on the key's mod revision being Prev
+	Prev         int64 // delete: with HasPrev
 	// Body is a txn's request as the KV API's JSON body, sent as is instead of Txn (a
 	// door that carries no JSON body, etcd's, does not serve it).
 	Body []byte
