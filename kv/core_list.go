@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/keel-kv/keel/fsm"
 )
@@ -81,8 +80,8 @@ func (s *Server) listRequest(r ListRequest) (listRequest, ListVersion, error) {
 		}
 		req.start, req.end = []byte(r.Prefix), fsm.PrefixEnd([]byte(r.Prefix))
 	}
-	if r.Limit < 0 || r.Limit > int64(s.cfg.MaxListLimit) {
-		return req, ListVersion{}, fmt.Errorf("%w: limit=%d is more than the maximum %d", ErrInvalidParam, r.Limit, s.cfg.MaxListLimit)
+	if err := s.lim.checkListLimit(r.Limit); err != nil {
+		return req, ListVersion{}, err
 	}
 	req.limit, req.rev, req.token = int(r.Limit), r.Revision, r.Continue
 	req.cons = fsm.Linearizable

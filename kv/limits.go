@@ -21,6 +21,15 @@ func (c Config) limits() limits {
 		maxTxnBodyBytes: c.MaxTxnBodyBytes, maxListLimit: c.MaxListLimit}
 }
 
+// checkListLimit accepts a limit on the keys one read answers — a list's page, a
+// ranged get's — in [0, maxListLimit] (0: no limit; ErrInvalidParam otherwise).
+func (l limits) checkListLimit(n int64) error {
+	if n < 0 || n > int64(l.maxListLimit) {
+		return fmt.Errorf("%w: limit %d must be in [0, %d]", ErrInvalidParam, n, l.maxListLimit)
+	}
+	return nil
+}
+
 // checkTxnBody accepts a transaction's JSON body of at most maxTxnBodyBytes bytes
 // (ErrTooLarge). The message leaves out the size: a door that stops reading a body at
 // the limit does not know it, and every door answers in the same words.

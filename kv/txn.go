@@ -169,10 +169,11 @@ func (l limits) op(op api.Op) (fsm.Op, error) {
 		return fsm.Op{}, fmt.Errorf("%w: end and prefix are mutually exclusive", ErrInvalidBody)
 	case op.Limit != 0 && (typ != fsm.OpGet || !ranged):
 		return fsm.Op{}, fmt.Errorf("%w: only a ranged get takes a limit", ErrInvalidBody)
-	case op.Limit < 0 || op.Limit > int64(l.maxListLimit):
-		return fsm.Op{}, fmt.Errorf("%w: limit %d must be in [0, %d]", ErrInvalidBody, op.Limit, l.maxListLimit)
 	case op.Lease != 0 && typ != fsm.OpPut:
 		return fsm.Op{}, fmt.Errorf("%w: only put takes a lease", ErrInvalidBody)
+	}
+	if err := l.checkListLimit(op.Limit); err != nil {
+		return fsm.Op{}, err
 	}
 	if err := checkLeaseRef(op.Lease); err != nil {
 		return fsm.Op{}, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -94,6 +95,9 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	case rt.Get:
 		_, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, Serializable: op.Serializable, Revision: op.Revision})
 	case rt.Range:
+		if op.Limit != 0 { // etcd's limit only cuts the answer (etcd's meaning): no bound
+			return rt.NotServed
+		}
 		var resp *pb.RangeResponse
 		if resp, err = d.kv.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: fsm.PrefixEnd(key)}); err == nil {
 			a := rt.Answer{Keys: []string{}}
@@ -123,6 +127,9 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		if op.Body != nil { // etcd's Txn is a protobuf message: no JSON body
 			return rt.NotServed
 		}
+		if txnHasLimit(op.Txn) { // etcd's limit only cuts the answer (etcd's meaning): no bound
+			return rt.NotServed
+		}
 		_, err = d.kv.Txn(ctx, etcdTxn(op.Txn))
 	case rt.LeaseGrant:
 		_, err = d.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 600})
@@ -148,6 +155,16 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		t.Fatalf("etcd door: op %d unknown", op.Kind)
 	}
 	return answer(err)
+}
+
+// txnHasLimit reports whether an op of r carries a limit.
+func txnHasLimit(r api.TxnRequest) bool {
+	for _, o := range append(slices.Clone(r.Success), r.Failure...) {
+		if o.Limit != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // watchOnce creates one watch and reads the answer: created (nil), or refused (the

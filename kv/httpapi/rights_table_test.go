@@ -35,6 +35,9 @@ func (d httpDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		}
 	case rt.Range:
 		path += "?list=true"
+		if op.Limit != 0 {
+			path += fmt.Sprintf("&limit=%d", op.Limit)
+		}
 	case rt.Put:
 		method, body = http.MethodPut, string(op.PutValue())
 		if op.Lease {

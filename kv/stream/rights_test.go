@@ -76,7 +76,7 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) (r api.StreamRequest, ok bo
 		r.Op, r.Serializable, r.Revision = api.StreamGet, op.Serializable, op.Revision
 	case rt.Range: // the stream ranges in a transaction
 		r.Op, r.Key = api.StreamTxn, nil
-		r.Value = rt.MustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: op.Key, Prefix: true}}})
+		r.Value = rt.MustJSON(api.TxnRequest{Success: []api.Op{{Type: api.OpGet, Key: op.Key, Prefix: true, Limit: op.Limit}}})
 	case rt.Put:
 		r.Op, r.Value = api.StreamPut, op.PutValue()
 		if op.Lease {

@@ -12,7 +12,7 @@ import (
 )
 
 // The rules table: the core's rules other than rights — key limits and UTF-8, the
-// value limit, the txn body limit, keel's reserved prefix, the duplicate-key rule, the
+// value limit, the txn body limit, the list limit, keel's reserved prefix, the duplicate-key rule, the
 // guards a delete may carry — each broken by one
 // operation that every door carries, sent with every right (Fixture.Mgmt) so that only
 // the rule can refuse it. Each door must refuse each case with the rule's answer and
@@ -66,6 +66,12 @@ var RuleCases = func() []RuleCase {
 			Success: []api.Op{put(Other + "d"), put(Other + "d")}}}, ""},
 		{Name: "txn body over the limit", Rule: RuleTooLarge, Op: Op{Kind: Txn, Body: bigTxn},
 			Msg: fmt.Sprintf("txn body is more than the maximum %d bytes", cfg.MaxTxnBodyBytes)},
+		{Name: "range with a limit over the maximum", Rule: RuleInvalid,
+			Op:  Op{Kind: Range, Key: "app/", Limit: int64(cfg.MaxListLimit) + 1},
+			Msg: fmt.Sprintf("limit %d must be in [0, %d]", cfg.MaxListLimit+1, cfg.MaxListLimit)},
+		{Name: "txn ranged get with a limit over the maximum", Rule: RuleInvalid, Op: Op{Kind: Txn, Txn: api.TxnRequest{
+			Success: []api.Op{{Type: api.OpGet, Key: "app/", Prefix: true, Limit: int64(cfg.MaxListLimit) + 1}}}},
+			Msg: fmt.Sprintf("limit %d must be in [0, %d]", cfg.MaxListLimit+1, cfg.MaxListLimit)},
 		{Name: "delete guarded on mod revision 0", Rule: RuleInvalid,
 			Op:  Op{Kind: Delete, Key: Key, HasPrev: true, Prev: 0},
 			Msg: "prev_revision of a delete must be at least 1"},

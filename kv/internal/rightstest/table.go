@@ -72,6 +72,7 @@ type Op struct {
 	Lease        bool   // put: attach to the fixture's lease
 	Value        []byte // put: nil = "v"
 	Txn          api.TxnRequest
+	Limit        int64 // range: at most this many keys (0: no limit)
 	HasPrev      bool  // delete: guarded on the key's mod revision being Prev
 	Prev         int64 // delete: with HasPrev
 	// Body is a txn's request as the KV API's JSON body, sent as is instead of Txn (a
