@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"runtime"
 	"sync"
 	"time"
@@ -115,8 +114,8 @@ func (c *streamConn) serve() {
 				c.d.core.Logger().Debug("stream: unreadable request", "remote", c.conn.RemoteAddr().String(), "error", err)
 				return
 			}
-			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &api.Error{Code: http.StatusBadRequest,
-				Reason: api.ReasonBadRequest, Message: err.Error()}})
+			e := kv.WireError(fmt.Errorf("%w: %v", kv.ErrInvalidBody, err), false)
+			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &e})
 			continue
 		}
 		if req.Op == api.StreamWatch || req.Op == api.StreamWatchCancel {
@@ -213,9 +212,9 @@ func (c *streamConn) refuseLarge(size uint64) bool {
 	if _, err := c.br.Discard(int(size)); err != nil {
 		return false
 	}
-	c.answer(&api.StreamResponse{ID: id, Err: &api.Error{Code: http.StatusRequestEntityTooLarge, Reason: api.ReasonTooLarge,
-		Message: fmt.Sprintf("request of %d bytes exceeds the limit (value %d bytes, key %d bytes)",
-			size, c.d.cfg.MaxValueBytes, c.d.cfg.MaxKeyBytes)}})
+	e := kv.WireError(fmt.Errorf("%w: request of %d bytes exceeds the limit (value %d bytes, key %d bytes, txn body %d bytes)",
+		kv.ErrTooLarge, size, c.d.cfg.MaxValueBytes, c.d.cfg.MaxKeyBytes, c.d.cfg.MaxTxnBodyBytes), false)
+	c.answer(&api.StreamResponse{ID: id, Err: &e})
 	return true
 }
 

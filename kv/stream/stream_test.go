@@ -20,10 +20,10 @@ func frame(body []byte) []byte {
 }
 
 // TestStreamBadFrames: a malformed request is a 400 for its id and an oversized one a
-// 413, and neither changes anything or ends the connection; a frame without a
+// 413, each in the core's error table's terms (kv.WireError), and neither changes anything or ends the connection; a frame without a
 // readable id does end it.
 func TestStreamBadFrames(t *testing.T) {
-	ts := newTestServer(t, func(c *kv.Config) { c.MaxValueBytes = 100 })
+	ts := newTestServer(t, func(c *kv.Config) { c.MaxValueBytes, c.MaxTxnBodyBytes = 100, 100 })
 	conn, br := rawStream(t, ts)
 	before := ts.store.FSM().Revision()
 
@@ -37,15 +37,22 @@ func TestStreamBadFrames(t *testing.T) {
 	for _, b := range bad {
 		conn.Write(frame(b))
 		r := readResponse(t, br)
-		if r.ID != uint64(b[0]) || r.Err == nil || r.Err.Code != http.StatusBadRequest {
-			t.Fatalf("frame %v answered %+v (err %+v), want 400 for id %d", b, r, r.Err, b[0])
+		if r.ID != uint64(b[0]) || r.Err == nil || r.Err.Code != http.StatusBadRequest ||
+			r.Err.Reason != api.ReasonBadRequest || !strings.HasPrefix(r.Err.Message, kv.ErrInvalidBody.Error()) {
+			t.Fatalf("frame %v answered %+v (err %+v), want the core's 400 (kv.ErrInvalidBody) for id %d", b, r, r.Err, b[0])
 		}
 	}
-	big := api.AppendStreamRequest(nil, &api.StreamRequest{ID: 12, Op: api.StreamPut, Key: []byte("k"),
-		Value: make([]byte, 1000)})
-	conn.Write(big)
-	if r := readResponse(t, br); r.ID != 12 || r.Err == nil || r.Err.Code != http.StatusRequestEntityTooLarge {
-		t.Fatalf("oversized frame answered %+v (err %+v), want 413 for id 12", r, r.Err)
+	// A value over the limit in a frame the door reads (the core's Put refuses it), and
+	// a frame over the largest request (Config.MaxRequestBytes: the door skips it).
+	for id, size := range map[uint64]int{12: 1000, 14: 10000} {
+		big := api.AppendStreamRequest(nil, &api.StreamRequest{ID: id, Op: api.StreamPut, Key: []byte("k"),
+			Value: make([]byte, size)})
+		conn.Write(big)
+		if r := readResponse(t, br); r.ID != id || r.Err == nil || r.Err.Code != http.StatusRequestEntityTooLarge ||
+			r.Err.Reason != api.ReasonTooLarge || !strings.HasPrefix(r.Err.Message, kv.ErrTooLarge.Error()) {
+			t.Fatalf("oversized frame of %d bytes answered %+v (err %+v), want the core's 413 (kv.ErrTooLarge) for id %d",
+				size, r, r.Err, id)
+		}
 	}
 	if got := ts.store.FSM().Revision(); got != before {
 		t.Fatalf("revision moved %d → %d on bad frames", before, got)
