@@ -18,8 +18,9 @@
 //     right) for each key read or written, each range, each transaction op
 //     (checkTxnAccess); CheckRight for the operator rights of compaction, members,
 //     snapshots, peers and ACL management (core_acl.go); leaseRight for leases;
-//     ResourceRight for typed objects. A follower forwards a write with its caller's
-//     identity and the leader checks it again (forwarded.go).
+//     ResourceRight for typed objects; CheckClientCert for the client-certificate
+//     requirement. A follower forwards a write with its caller's identity and the
+//     leader checks it again (forwarded.go).
 //   - limits: limits.go (key and value sizes, UTF-8, range ends; checkTxn holds a
 //     finished transaction, nested ones included, to them before it is proposed),
 //     connlimits.go (connections and requests in flight, per node and per client,

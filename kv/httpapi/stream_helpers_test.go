@@ -11,7 +11,7 @@ import (
 	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
-// Stream-protocol helpers for kv's tests that reach the core through the stream door
+// Stream-protocol helpers for httpapi's tests that reach the core through the stream door
 // (attached by doors_ext_test.go); the door's own tests are in kv/stream.
 
 // rawStream upgrades a plain TCP connection to the stream protocol by hand, so that

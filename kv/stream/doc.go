@@ -11,7 +11,7 @@
 //     Lease* methods, CheckWatch, WaitLinearizable and OpenWatch, AdmitRequest). Every
 //     request runs for the [kv.Caller] of the upgrade request, with the rights its
 //     token holds at the time (Refresh).
-//   - the upgrade route, its access rule and the token: the HTTP door (kv's routes);
+//   - the upgrade route, its access rule and the token: the HTTP door (kv/httpapi);
 //     it hands the connection over through [kv.StreamDoor] (Attach).
 //   - errors: keel's one error table, shared with HTTP, in its wire form
 //     ([kv.WireError]; a watch's end, [kv.WatchEnd]).

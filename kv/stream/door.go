@@ -111,7 +111,7 @@ func (d *Door) Close(ctx context.Context) error {
 }
 
 // Collectors are the door's metrics (keel_stream_requests_total,
-// keel_stream_request_duration_seconds), which kv.Server.EnableMetrics registers.
+// keel_stream_request_duration_seconds), which httpapi.Server.EnableMetrics registers.
 func (d *Door) Collectors() []prometheus.Collector {
 	d.observe.Store(true)
 	return []prometheus.Collector{d.metrics.requests, d.metrics.latency}

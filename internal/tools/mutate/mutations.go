@@ -16,11 +16,11 @@ func chaosRule(name, bug, file, old, new string) Mutation {
 // mutations is every named mutation, those of issue #23 first.
 var mutations = append([]Mutation{
 	{Name: "stream-keepalive-right", Bug: "a lease keepalive is served without the lease right",
-		File: "kv/routes_lease.go", Pkg: "./kv/", Run: "Lease|Stream|ACL",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: "Lease|Stream|ACL|Rights",
 		Old: "func (s *Server) keepAliveLease(ctx context.Context, id int64) (time.Duration, error) {\n\tif err := leaseRight(ctx); err != nil {",
 		New: "func (s *Server) keepAliveLease(ctx context.Context, id int64) (time.Duration, error) {\n\tif err := leaseRight(ctx); false && err != nil {"},
 	{Name: "stream-revoke-right", Bug: "a lease revoke is served without the lease right",
-		File: "kv/routes_lease.go", Pkg: "./kv/", Run: "Lease|Stream|ACL",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: "Lease|Stream|ACL|Rights",
 		Old: "func (s *Server) revokeLease(ctx context.Context, id int64) (api.LeaseRevokeResponse, error) {\n\tif err := leaseRight(ctx); err != nil {",
 		New: "func (s *Server) revokeLease(ctx context.Context, id int64) (api.LeaseRevokeResponse, error) {\n\tif err := leaseRight(ctx); false && err != nil {"},
 	{Name: "create-rev-as-mod-rev", Bug: "a create_revision compare looks at the mod revision",
@@ -67,7 +67,7 @@ var mutations = append([]Mutation{
 		Old: "\t\treturn nil, n.mapApplyErr(err)", New: "\t\treturn nil, mapRaftErr(err)"},
 	// The upgrade test's find: sealed continue tokens before every voter reads them.
 	{Name: "token-sealed-too-early", Bug: "sealed continue tokens are issued while an older voter cannot read them",
-		File: "kv/routes_list.go", Pkg: "./kv/", Run: "Token",
+		File: "kv/list.go", Pkg: "./kv/...", Run: "Token",
 		Old: "ok && fl.CommandFormatLimit() < fsm.CommandFormatV3 {", New: "false && ok && fl.CommandFormatLimit() < fsm.CommandFormatV3 {"},
 	{Name: "checker-unknown-write-floor", Bug: "a write of unknown outcome may be read back before the last seen write",
 		File: "chaos/model.go", Pkg: "./chaos/", Run: "Model|Rules",
