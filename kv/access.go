@@ -14,12 +14,14 @@ import (
 // decision is the ACL engine's (kv/acl); the core asks it, for every door.
 
 // CheckClientCert is the client-certificate rule (Config.RequireClientCert) for every
-// door: verified says the request's TLS session carries a client certificate the
-// cluster CA verified. It returns nil when the node requires none or verified is true,
-// else an ErrClientCertRequired that tells the client how to get one. Health checks
-// are the door's to exempt (load balancers probe without a certificate).
-func (s *Server) CheckClientCert(verified bool) error {
-	if !s.cfg.RequireClientCert || verified {
+// door: verified reports whether the request's TLS session carries a client
+// certificate the cluster CA verified (asked only when the node requires one: reading a
+// TLS session's state costs a copy and a lock). It returns nil when the node requires
+// none or verified is true, else an ErrClientCertRequired that tells the client how to
+// get one. Health checks are the door's to exempt (load balancers probe without a
+// certificate).
+func (s *Server) CheckClientCert(verified func() bool) error {
+	if !s.cfg.RequireClientCert || verified() {
 		return nil
 	}
 	return fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA "+

@@ -162,7 +162,7 @@ func (e *Server) admit(ctx context.Context, method string) (context.Context, err
 	if err := e.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.core.CheckClientCert(verifiedPeer(ctx)); err != nil {
+	if err := e.core.CheckClientCert(func() bool { return verifiedPeer(ctx) }); err != nil {
 		return nil, etcdError(err)
 	}
 	if hasLeaderMD(ctx) {

@@ -129,8 +129,8 @@ func (s *Server) requireClientCert(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		cs := TLSState(r)
-		if err := s.core.CheckClientCert(cs != nil && len(cs.VerifiedChains) > 0); err != nil {
+		verified := func() bool { cs := TLSState(r); return cs != nil && len(cs.VerifiedChains) > 0 }
+		if err := s.core.CheckClientCert(verified); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
