@@ -6,8 +6,9 @@
 //   - rights (ACL tokens and policies), limits (key and value sizes, list and watch
 //     bounds, requests in flight), reserved prefixes, UTF-8 and duplicate-key checks:
 //     the service core, package kv ([kv.Server]'s exported methods: Authenticate,
-//     AdmitRequest, Range, CheckOp, CheckCompare, CheckTxnSize, Txn, Compact, the Lease*
-//     methods, Watch, Members, StateView). A call runs for the [kv.Caller] admit
+//     AdmitRequest, CheckClientCert, Range, CheckOp, CheckCompare, CheckTxnSize, Txn,
+//     Compact, the Lease* methods, Watch, Members, StateView; Config.MaxRequestBytes
+//     sizes the largest message). A call runs for the [kv.Caller] admit
 //     resolved from the "token" metadata; a long stream asks the core to Refresh it.
 //   - etcd's own shapes: here, and only here. Range's sort, revision filters, count
 //     and limit (shapeRange), the translation of etcd's range end "\x00", watch IDs,

@@ -12,7 +12,7 @@
 //     request runs for the [kv.Caller] of the upgrade request, with the rights its
 //     token holds at the time (Refresh).
 //   - the upgrade route, its access rule and the token: the HTTP door (kv/httpapi);
-//     it hands the connection over through [kv.StreamDoor] (Attach).
+//     it hands the connection over through [httpapi.StreamDoor] (Attach).
 //   - errors: keel's one error table, shared with HTTP, in its wire form
 //     ([kv.WireError]; a watch's end, [kv.WatchEnd]).
 //   - the protocol's own: here, and only here. Framing, the 413 of an oversized frame,
