@@ -65,6 +65,12 @@ func (s *Server) applyACL(ctx context.Context, txn *fsm.Txn) (bool, error) {
 // management policy and a token bound to it, and answers the token with its secret.
 // The bootstrap record is created with a compare on version 0, so of two concurrent
 
+// CheckACLManagement is nil when c may manage ACL tokens and policies (the acl right):
+// every ACL method but ACLBootstrap and ACLTokenSelf checks it first, and a door that
+// reads a request body asks it before reading, so that a caller without the right is
+// refused before anything of its request is read or judged.
+func (s *Server) CheckACLManagement(c Caller) error { return checkRight(c.az, api.RightACL) }
+
 // ACLBootstrap creates, once per cluster, the management policy and a token bound to
 // it, and returns the token with its secret (the only time it is shown). The
 // bootstrap record is created with a compare on version 0, so of two concurrent
@@ -121,7 +127,7 @@ func errBootstrapped() error {
 // ACLTokenCreate mints a token bound to req's policies and returns it with its
 // secret (shown once).
 func (s *Server) ACLTokenCreate(ctx context.Context, c Caller, req api.ACLTokenRequest) (api.ACLToken, error) {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return api.ACLToken{}, err
 	}
 	ctx = c.context(ctx)
@@ -179,7 +185,7 @@ func tokenAPI(t *acl.Token) api.ACLToken {
 
 // ACLTokens lists every token (without secrets), oldest first.
 func (s *Server) ACLTokens(ctx context.Context, c Caller) (api.ACLTokensResponse, error) {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return api.ACLTokensResponse{}, err
 	}
 	st, err := s.reloadACL(ctx, fsm.Linearizable)
@@ -218,7 +224,7 @@ func (s *Server) ACLTokenSelf(ctx context.Context, c Caller) (api.ACLToken, erro
 // ACLTokenDelete deletes the token with accessor ID acc; the caller must hold every
 // right its policies grant.
 func (s *Server) ACLTokenDelete(ctx context.Context, c Caller, acc string) error {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return err
 	}
 	ctx = c.context(ctx)
@@ -245,7 +251,7 @@ func (s *Server) ACLTokenDelete(ctx context.Context, c Caller, acc string) error
 
 // ACLPolicies lists every policy by name.
 func (s *Server) ACLPolicies(ctx context.Context, c Caller) (api.ACLPoliciesResponse, error) {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return api.ACLPoliciesResponse{}, err
 	}
 	st, err := s.reloadACL(ctx, fsm.Linearizable)
@@ -262,7 +268,7 @@ func (s *Server) ACLPolicies(ctx context.Context, c Caller) (api.ACLPoliciesResp
 
 // ACLPolicy is the policy called name.
 func (s *Server) ACLPolicy(ctx context.Context, c Caller, name string) (api.ACLPolicy, error) {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return api.ACLPolicy{}, err
 	}
 	st, err := s.reloadACL(ctx, fsm.Linearizable)
@@ -280,7 +286,7 @@ func (s *Server) ACLPolicy(ctx context.Context, c Caller, name string) (api.ACLP
 // name); a Revision in p makes it a compare-and-swap on the stored one. It returns
 // the stored policy.
 func (s *Server) ACLPolicyPut(ctx context.Context, c Caller, name string, p api.ACLPolicy) (api.ACLPolicy, error) {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return api.ACLPolicy{}, err
 	}
 	ctx = c.context(ctx)
@@ -345,7 +351,7 @@ func (s *Server) checkPolicyChange(ctx context.Context, what string, p *api.ACLP
 
 // ACLPolicyDelete deletes the policy called name.
 func (s *Server) ACLPolicyDelete(ctx context.Context, c Caller, name string) error {
-	if err := checkRight(c.az, api.RightACL); err != nil {
+	if err := s.CheckACLManagement(c); err != nil {
 		return err
 	}
 	ctx = c.context(ctx)

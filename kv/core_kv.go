@@ -165,9 +165,13 @@ func (s *Server) Range(ctx context.Context, c Caller, r RangeRequest) (RangeResu
 	return res, nil
 }
 
+// CheckCompact is nil when c may compact (the compact right): Compact checks it
+// first, and a door asks it before reading the request.
+func (s *Server) CheckCompact(c Caller) error { return checkRight(c.az, api.RightCompact) }
+
 // Compact compacts history up to rev, for a caller with the compact right.
 func (s *Server) Compact(ctx context.Context, c Caller, rev int64) (*fsm.Result, error) {
-	if err := checkRight(c.az, api.RightCompact); err != nil {
+	if err := s.CheckCompact(c); err != nil {
 		return nil, err
 	}
 	return s.compact(ctx, rev)
@@ -206,6 +210,9 @@ func (s *Server) LeaseGrant(ctx context.Context, c Caller, id, ttl int64) (int64
 // LeaseRevoke revokes lease id and deletes its keys at one revision; c needs the
 // write right on each of its keys.
 func (s *Server) LeaseRevoke(ctx context.Context, c Caller, id int64) (api.LeaseRevokeResponse, error) {
+	if err := s.CheckLeases(c); err != nil {
+		return api.LeaseRevokeResponse{}, err
+	}
 	if err := checkLeaseID(id); err != nil {
 		return api.LeaseRevokeResponse{}, err
 	}
@@ -215,6 +222,9 @@ func (s *Server) LeaseRevoke(ctx context.Context, c Caller, id int64) (api.Lease
 // LeaseKeepAlive renews lease id at the leader and returns the time it has left
 // (fsm.ErrLeaseNotFound when it does not exist).
 func (s *Server) LeaseKeepAlive(ctx context.Context, c Caller, id int64) (time.Duration, error) {
+	if err := s.CheckLeases(c); err != nil {
+		return 0, err
+	}
 	if err := checkLeaseID(id); err != nil {
 		return 0, err
 	}
@@ -224,6 +234,9 @@ func (s *Server) LeaseKeepAlive(ctx context.Context, c Caller, id int64) (time.D
 // LeaseTimeToLive returns lease id with its keys and time left, to a caller that may
 // read every key attached (fsm.ErrLeaseNotFound when it does not exist).
 func (s *Server) LeaseTimeToLive(ctx context.Context, c Caller, id int64) (api.LeaseResponse, error) {
+	if err := s.CheckLeases(c); err != nil {
+		return api.LeaseResponse{}, err
+	}
 	if err := checkLeaseID(id); err != nil {
 		return api.LeaseResponse{}, err
 	}

@@ -46,9 +46,16 @@ func leaseFormatError(err error) error {
 // attached between the two is deleted with the rest. Only a writer of that key can
 // attach it, to a lease it chose.
 
-// leaseRight refuses a token that may write no key: leases are for writers.
-func leaseRight(ctx context.Context) error {
-	if az := authzOf(ctx); az != nil && !az.AnyWrite() {
+// CheckLeases is nil when c may use leases (a write right on some key prefix: leases
+// are for writers). Every lease operation checks it first; a door asks it before
+// reading the request.
+func (s *Server) CheckLeases(c Caller) error { return leaseRightOf(c.az) }
+
+// leaseRight is CheckLeases for the caller in ctx.
+func leaseRight(ctx context.Context) error { return leaseRightOf(authzOf(ctx)) }
+
+func leaseRightOf(az *acl.Authorizer) error {
+	if az != nil && !az.AnyWrite() {
 		return fmt.Errorf("%w: leases need a token with a write right on some key prefix", ErrForbidden)
 	}
 	return nil

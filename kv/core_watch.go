@@ -51,6 +51,16 @@ func ParseWatchProgress(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// ParseBookmarkInterval is ParseWatchProgress for a typed watch's bookmarks, which
+// the client asked for: an explicit interval of zero is refused, not read as none.
+func ParseBookmarkInterval(v string) (time.Duration, error) {
+	d, err := ParseWatchProgress(v)
+	if err == nil && d == 0 {
+		err = progressError(v)
+	}
+	return d, err
+}
+
 // checkWatchProgress holds a progress interval (0: none) to its bounds.
 func checkWatchProgress(d time.Duration) error {
 	if d != 0 && (d < minWatchProgress || d > maxWatchProgress) {

@@ -85,10 +85,10 @@ func (e *expiredError) Unwrap() error { return e.err }
 // decides statuses; order matters where sentinels could overlap.
 func classify(err error) (code int, reason string) {
 	switch {
-	case errors.Is(err, fsm.ErrSlowWatcher):
-		return http.StatusServiceUnavailable, api.ReasonSlowWatcher
-	case errors.Is(err, fsm.ErrWatchRestored):
-		return http.StatusGone, api.ReasonRestored
+	case errors.Is(err, fsm.ErrSlowWatcher): // a watch's end: resume from its revision
+		return http.StatusTooManyRequests, api.ReasonSlowWatcher
+	case errors.Is(err, fsm.ErrWatchRestored): // a watch's end: resume on another node or later
+		return http.StatusServiceUnavailable, api.ReasonRestored
 	case errors.Is(err, ErrInvalidContinueToken):
 		return http.StatusBadRequest, api.ReasonInvalidContinueToken
 	case errors.Is(err, ErrTooLargeResourceVersion):

@@ -40,8 +40,15 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 
 // call serves a route that takes no query parameter and no body: op runs for the
 // request's caller under the request deadline, and its result is the 200 JSON answer.
-func (s *Server) call(op func(ctx context.Context, c kv.Caller, r *http.Request) (any, error)) handlerFunc {
+// check (nil: none) is the core's right check of the operation, asked before the
+// request is looked at, so that a caller without the right learns nothing else.
+func (s *Server) call(check func(kv.Caller) error, op func(ctx context.Context, c kv.Caller, r *http.Request) (any, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if check != nil {
+			if err := check(callerOf(r)); err != nil {
+				return err
+			}
+		}
 		if _, err := parseParams(r); err != nil {
 			return err
 		}
@@ -58,8 +65,14 @@ func (s *Server) call(op func(ctx context.Context, c kv.Caller, r *http.Request)
 
 // callBody is call for a route whose request is a JSON body of at most max bytes (and
 // no query parameter), decoded into a T; what names it in errors ("acl token: ...").
-func callBody[T any](s *Server, max int64, what string, op func(ctx context.Context, c kv.Caller, r *http.Request, body T) (any, error)) handlerFunc {
+// A caller check refuses is answered without its body being read.
+func callBody[T any](s *Server, check func(kv.Caller) error, max int64, what string,
+	op func(ctx context.Context, c kv.Caller, r *http.Request, body T) (any, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := check(callerOf(r)); err != nil {
+			drainBody(w, r, max)
+			return err
+		}
 		var body T
 		if err := decodeJSONBody(w, r, max, what+" body", what, &body); err != nil {
 			return err
@@ -88,7 +101,7 @@ func (s *Server) routes() {
 	s.route(api.PathTxn, map[string]handlerFunc{http.MethodPost: s.handleTxn})
 	s.route(api.PathCompact, map[string]handlerFunc{http.MethodPost: s.handleCompact})
 	// GET /v1/status answers from local state; it never waits for a leader.
-	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.call(
+	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.call(nil,
 		func(ctx context.Context, _ kv.Caller, _ *http.Request) (any, error) { return s.core.Status(ctx) })})
 	s.route(api.PathHealth, map[string]handlerFunc{http.MethodGet: s.handleHealth})
 	s.route(api.PathReady, map[string]handlerFunc{http.MethodGet: s.handleReady})

@@ -85,7 +85,7 @@ func parseTypedWatch(r *http.Request) (typedWatchReq, error) {
 	if bookmarks {
 		q.bookmarks = typedBookmarkInterval
 		if v := p.get(api.ParamProgress); v != "" {
-			d, err := kv.ParseWatchProgress(v)
+			d, err := kv.ParseBookmarkInterval(v)
 			if err != nil {
 				return q, err
 			}
@@ -206,19 +206,7 @@ func (ws *typedWatchStream) line(ev typedEvent) error {
 // start was compacted (list again), otherwise resume from details.revision.
 func (ws *typedWatchStream) end(err error) {
 	l := kv.WatchEnd(err)
-	code := http.StatusInternalServerError
-	switch l.Reason {
-	case api.ReasonResourceExpired:
-		code = http.StatusGone
-	case api.ReasonSlowWatcher:
-		code = http.StatusTooManyRequests
-	case api.ReasonRestored:
-		code = http.StatusServiceUnavailable
-	case api.ReasonUnauthorized:
-		code = http.StatusUnauthorized
-	case api.ReasonForbidden:
-		code = http.StatusForbidden
-	}
+	code := kv.WireError(err, false).Code // the one table's, as the reason
 	var werr *fsm.WatchError
 	rev := int64(0)
 	if errors.As(err, &werr) {

@@ -144,6 +144,7 @@ func TestTypedWatchBadInput(t *testing.T) {
 		{"/apis/apps/v1/widgets?watch=true&resourceVersion=x", http.StatusBadRequest, api.ReasonBadRequest},
 		{"/apis/apps/v1/widgets?watch=true&limit=3", http.StatusBadRequest, api.ReasonBadRequest},
 		{"/apis/apps/v1/widgets?watch=true&allowWatchBookmarks=true&progress=1ms", http.StatusBadRequest, api.ReasonBadRequest},
+		{"/apis/apps/v1/widgets?watch=true&allowWatchBookmarks=true&progress=0s", http.StatusBadRequest, api.ReasonBadRequest},
 		{"/apis/apps/v1/widgets?watch=true&resourceVersion=3&resourceVersionMatch=Exact", http.StatusBadRequest, api.ReasonBadRequest},
 		{"/apis/apps/v3/widgets?watch=true", http.StatusNotFound, api.ReasonNotFound},
 	} {

@@ -11,16 +11,29 @@ import (
 )
 
 // leaseRoutes registers /v1/leases (see api.PathLeases).
+// Every lease route asks the core's lease right first (kv.Server.CheckLeases), so a
+// caller without it is refused before its parameters or body are looked at.
 func (s *Server) leaseRoutes() {
 	s.route(api.PathLeases, map[string]handlerFunc{
-		http.MethodPost: s.handleLeaseGrant,
-		http.MethodGet:  s.handleLeaseList,
+		http.MethodPost: s.leaseRight(s.handleLeaseGrant),
+		http.MethodGet:  s.leaseRight(s.handleLeaseList),
 	})
 	s.route(api.PathLeases+"/{id}", map[string]handlerFunc{
-		http.MethodGet:    s.handleLeaseGet,
-		http.MethodDelete: s.handleLeaseRevoke,
+		http.MethodGet:    s.leaseRight(s.handleLeaseGet),
+		http.MethodDelete: s.leaseRight(s.handleLeaseRevoke),
 	})
-	s.route(api.PathLeases+"/{id}/keepalive", map[string]handlerFunc{http.MethodPost: s.handleLeaseKeepAlive})
+	s.route(api.PathLeases+"/{id}/keepalive", map[string]handlerFunc{http.MethodPost: s.leaseRight(s.handleLeaseKeepAlive)})
+}
+
+// leaseRight runs h for a caller the core lets use leases.
+func (s *Server) leaseRight(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := s.core.CheckLeases(callerOf(r)); err != nil {
+			drainBody(w, r, s.cfg.MaxTxnBodyBytes)
+			return err
+		}
+		return h(w, r)
+	}
 }
 
 // leaseID parses the {id} path value.

@@ -42,6 +42,10 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 // new compact revision fail with 410 as soon as it applies; the space is reclaimed
 // later in bounded chunks.
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
+	if err := s.core.CheckCompact(callerOf(r)); err != nil {
+		drainBody(w, r, s.cfg.MaxTxnBodyBytes)
+		return err // before the body is read
+	}
 	var req api.CompactRequest
 	if err := decodeJSONBody(w, r, s.cfg.MaxTxnBodyBytes, "compact body", "compact", &req); err != nil {
 		return err

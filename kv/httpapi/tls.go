@@ -96,16 +96,18 @@ type tlsConnKey struct{}
 // tlsConnContext remembers a request's TLS session in its context (net/http fills
 // Request.TLS only for a *tls.Conn it sees itself, and it sees jsonErrorConn).
 func tlsConnContext(ctx context.Context, c net.Conn) context.Context {
-	if jc, ok := c.(*jsonErrorConn); ok {
-		c = jc.Conn
+	for {
+		switch cc := c.(type) {
+		case *tlsServerConn: // first: it has a NetConn too (its *tls.Conn's)
+			return context.WithValue(ctx, tlsConnKey{}, cc)
+		case *jsonErrorConn:
+			c = cc.Conn
+		case interface{ NetConn() net.Conn }: // the core's counted connection
+			c = cc.NetConn()
+		default:
+			return ctx
+		}
 	}
-	if cc, ok := c.(interface{ NetConn() net.Conn }); ok { // the core's counted connection
-		c = cc.NetConn()
-	}
-	if tc, ok := c.(*tlsServerConn); ok {
-		return context.WithValue(ctx, tlsConnKey{}, tc)
-	}
-	return ctx
 }
 
 // TLSState returns the TLS session of r (its verified client certificate, if any), or
