@@ -26,6 +26,21 @@ const DefaultProgressNotifyInterval = 10 * time.Minute
 // this many revisions, not one answer of everything queued.
 const etcdMaxRevsPerAnswer = 1000
 
+// Watches on the etcd door. A watch's start (validation, rights, the watch bounds, the
+// watcher) is the core's (kv.Server.Watch), taken by the stream's receiving goroutine
+// in the order of the client's requests. Once started, every watch of a Watch stream
+// is served by the stream's one pump goroutine, as the stream protocol's are
+// (kv/stream/watch.go): the hub's dispatcher marks a watch ready (kv.WatchRequest.Notify),
+// and the pump polls the ready watches' Next and sends their events. An idle watch
+// therefore costs its fsm.Watcher and a little bookkeeping, not a blocked goroutine
+// (2,000 watches on one stream: TestWatchStreamGoroutinesDoNotGrowWithWatches).
+//
+// The pump is the only caller of a live watch's Next and Bookmark, so a revision it
+// reports (a progress notification, a RequestProgress answer) has had every event of
+// the watch up to it sent. A watch's own lock (etcdWatcher.mu) is held while the pump
+// serves it and while a cancel ends it: no event of a watch follows its canceled
+// answer.
+
 // etcdWatch serves etcd's Watch service: many watches on one stream, each a watch of
 // the core (Watch), opened with the rules of GET /v1/watch.
 type etcdWatch struct {
@@ -33,8 +48,8 @@ type etcdWatch struct {
 	e *Server
 }
 
-// etcdWatchStream is one Watch stream. Sends are serialized by sendMu; watches maps
-// watch IDs to their pumps.
+// etcdWatchStream is one Watch stream. Sends are serialized by sendMu. Lock order: an
+// etcdWatcher's mu before mu and readyMu; mu is never held while taking a watch's.
 type etcdWatchStream struct {
 	e      *Server
 	stream pb.Watch_WatchServer
@@ -43,25 +58,42 @@ type etcdWatchStream struct {
 	done   bool // under sendMu: the handler returned, the stream takes no more sends
 
 	mu      sync.Mutex
-	watches map[int64]*etcdWatcher
+	watches map[int64]*etcdWatcher // by watch ID: reserved, live, and ending watches
 	nextID  int64
-	wg      sync.WaitGroup // pumps and progress answers
+	closed  bool           // the pump has closed every watch: a watch started now is closed at once
+	wg      sync.WaitGroup // the pump and progress answers
+
+	// readyMu guards ready; Notify takes it (from the dispatcher or Close), so it is
+	// never held while calling into a watcher.
+	readyMu  sync.Mutex
+	ready    []*etcdWatcher
+	wake     chan struct{}   // cap 1: ready is not empty
+	progress chan chan int64 // a RequestProgress asks the pump for the revision every watch reached
 }
 
-// etcdWatcher is one watch of a stream, pumped by its own goroutine.
+// etcdWatcher is one watch of a stream. Its options are set before it is started and
+// read-only after.
 type etcdWatcher struct {
 	id              int64
-	w               *kv.Watch // replaced by resume (under the stream's mu), read by the pump
-	key, end        []byte    // the watched range, for resume
-	notifyFn        func()
-	cancel          context.CancelFunc
-	exited          chan struct{}
-	notify          chan struct{}   // cap 1: the watcher may have something
-	progress        chan chan int64 // a RequestProgress asks for the revision reached
+	key, end        []byte // the watched range, for resume
 	prevKV          bool
 	noPut, noDelete bool
 	progressNotify  bool
+	queued          bool // in the stream's ready list (under its readyMu)
+
+	// mu is held by the pump while it serves the watch, and by whoever ends it.
+	mu   sync.Mutex
+	w    *kv.Watch // replaced by resume; nil while only the ID is reserved
+	live bool      // the created answer went out and the watch has not ended
+	gone bool      // the watch ended (canceled, ended by the server, or the stream closed)
 }
+
+// polled is a done context: Next with it is a poll.
+var polled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // Watch serves one Watch stream until the client ends it, the server stops, or (with
 // require-leader metadata) the node loses its leader.
@@ -81,7 +113,10 @@ func (x etcdWatch) Watch(stream pb.Watch_WatchServer) error {
 		case <-ctx.Done():
 		}
 	}()
-	ws := &etcdWatchStream{e: x.e, stream: stream, ctx: ctx, watches: map[int64]*etcdWatcher{}}
+	ws := &etcdWatchStream{e: x.e, stream: stream, ctx: ctx, watches: map[int64]*etcdWatcher{},
+		wake: make(chan struct{}, 1), progress: make(chan chan int64)}
+	ws.wg.Add(1)
+	go ws.pump()
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- ws.recvLoop() }()
 	var err error
@@ -93,7 +128,7 @@ func (x etcdWatch) Watch(stream pb.Watch_WatchServer) error {
 		}
 	}
 	cancel(nil)
-	ws.closeAll()
+	ws.wg.Wait() // the pump closes every watch as it leaves
 	// recvLoop may still be handling a request until its Recv fails, which happens
 	// once this handler has returned: what it would send is dropped.
 	ws.sendMu.Lock()
@@ -115,8 +150,12 @@ func (ws *etcdWatchStream) recvLoop() error {
 		case *pb.WatchRequest_CancelRequest:
 			ws.cancelWatch(r.CancelRequest.WatchId)
 		case *pb.WatchRequest_ProgressRequest:
-			ws.wg.Add(1)
-			go func() { defer ws.wg.Done(); ws.requestProgress() }()
+			ws.mu.Lock()
+			if !ws.closed { // once closed, the handler may be waiting on wg
+				ws.wg.Add(1)
+				go func() { defer ws.wg.Done(); ws.requestProgress() }()
+			}
+			ws.mu.Unlock()
 		}
 	}
 }
@@ -154,39 +193,38 @@ func (ws *etcdWatchStream) refuse(id int64, err error) {
 }
 
 // create opens one watch: the core's Watch (the range rules of a ranged get, the watch
-// rules of GET /v1/watch), then its pump.
+// rules of GET /v1/watch), then hands it to the pump.
 func (ws *etcdWatchStream) create(cr *pb.WatchCreateRequest) {
 	id, err := ws.reserveID(cr.WatchId)
 	if err != nil {
 		ws.refuse(-1, err)
 		return
 	}
-	w := &etcdWatcher{id: id, exited: make(chan struct{}), notify: make(chan struct{}, 1),
-		progress: make(chan chan int64), prevKV: cr.PrevKv, progressNotify: cr.ProgressNotify}
+	w := &etcdWatcher{id: id, prevKV: cr.PrevKv, progressNotify: cr.ProgressNotify}
 	for _, f := range cr.Filters {
 		w.noPut = w.noPut || f == pb.WatchCreateRequest_NOPUT
 		w.noDelete = w.noDelete || f == pb.WatchCreateRequest_NODELETE
-	}
-	notify := func() {
-		select {
-		case w.notify <- struct{}{}:
-		default:
-		}
 	}
 	// cr.Fragment is accepted and ignored: answers are never split, and etcd clients
 	// accept whole ones.
 	end, err := rangeEnd(cr.Key, cr.RangeEnd)
 	if err == nil {
-		w.key, w.end, w.notifyFn = cr.Key, end, notify
-		w.w, err = ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), kv.WatchRequest{Key: cr.Key, End: end,
-			StartRevision: cr.StartRevision, PrevKV: cr.PrevKv, Notify: notify})
+		w.key, w.end = cr.Key, end
+		w.w, err = ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), ws.watchRequest(w, cr.StartRevision))
 	}
 	if err != nil {
 		ws.release(id)
 		ws.refuse(id, err)
 		return
 	}
-	ws.start(w, w.w.Revision)
+	ws.start(w)
+}
+
+// watchRequest is the core's watch of w's range from start (0: after the node's
+// revision), whose notifications mark w ready for the pump.
+func (ws *etcdWatchStream) watchRequest(w *etcdWatcher, start int64) kv.WatchRequest {
+	return kv.WatchRequest{Key: w.key, End: w.end, StartRevision: start, PrevKV: w.prevKV,
+		Notify: func() { ws.markReady(w) }}
 }
 
 // reserveID takes the client's watch ID (0: the next free one).
@@ -205,11 +243,9 @@ func (ws *etcdWatchStream) reserveID(want int64) (int64, error) {
 	} else if _, ok := ws.watches[want]; ok {
 		return 0, fmt.Errorf("%w: duplicate watch ID %d", kv.ErrInvalidParam, want)
 	}
-	ws.watches[want] = &etcdWatcher{id: want, exited: closedChan} // placeholder until started
+	ws.watches[want] = &etcdWatcher{id: want} // placeholder until started
 	return want, nil
 }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (ws *etcdWatchStream) release(id int64) {
 	ws.mu.Lock()
@@ -217,35 +253,46 @@ func (ws *etcdWatchStream) release(id int64) {
 	ws.mu.Unlock()
 }
 
-// start answers the create and starts the watch's pump.
-func (ws *etcdWatchStream) start(w *etcdWatcher, rev int64) {
-	ctx, cancel := context.WithCancel(ws.ctx)
-	w.cancel = cancel
-	if ctx.Err() != nil { // the stream is ending
-		cancel()
+// start answers the create and hands the watch to the pump; the created answer goes
+// out before the pump can send an event of it.
+func (ws *etcdWatchStream) start(w *etcdWatcher) {
+	ws.mu.Lock()
+	if ws.closed { // the stream is ending
+		delete(ws.watches, w.id)
+		ws.mu.Unlock()
 		w.w.Close()
-		ws.release(w.id)
 		return
 	}
-	ws.mu.Lock()
 	ws.watches[w.id] = w
-	ws.wg.Add(1)
 	ws.mu.Unlock()
-	// The created answer goes out before the pump can send an event.
-	ws.send(&pb.WatchResponse{Header: ws.e.header(rev), WatchId: w.id, Created: true})
-	go func() {
-		defer ws.wg.Done()
-		defer close(w.exited)
-		defer func() { w.w.Close() }() // the watch resume left
-		if err := ws.pump(ctx, w); err != nil {
-			ws.ended(w, err)
-		}
-	}()
+	ws.send(&pb.WatchResponse{Header: ws.e.header(w.w.Revision), WatchId: w.id, Created: true})
+	w.mu.Lock()
+	w.live = !w.gone
+	w.mu.Unlock()
+	ws.markReady(w) // its first Next registers it with the hub (and replays a past start revision)
 }
 
-// ended answers a watch that the server ended (compacted, too slow, rights lost).
+// end closes w and forgets it (w.mu held); it reports whether w was still open.
+func (ws *etcdWatchStream) end(w *etcdWatcher) bool {
+	if w.gone || w.w == nil {
+		return false
+	}
+	w.gone, w.live = true, false
+	w.w.Close()
+	ws.mu.Lock()
+	if ws.watches[w.id] == w {
+		delete(ws.watches, w.id)
+	}
+	ws.mu.Unlock()
+	return true
+}
+
+// ended answers a watch that the server ended (compacted, too slow, rights lost)
+// (pump, w.mu held).
 func (ws *etcdWatchStream) ended(w *etcdWatcher, err error) {
-	ws.release(w.id)
+	if !ws.end(w) {
+		return
+	}
 	resp := &pb.WatchResponse{Header: ws.e.header(0), WatchId: w.id, Canceled: true,
 		CancelReason: status.Convert(etcdError(err)).Message()}
 	var werr *fsm.WatchError
@@ -255,124 +302,133 @@ func (ws *etcdWatchStream) ended(w *etcdWatcher, err error) {
 	ws.send(resp)
 }
 
-// cancelWatch ends a watch at the client's request.
+// cancelWatch ends a watch at the client's request. It waits for the pump to finish
+// serving the watch, so that no event of it follows the canceled answer.
 func (ws *etcdWatchStream) cancelWatch(id int64) {
 	ws.mu.Lock()
 	w, ok := ws.watches[id]
-	delete(ws.watches, id)
 	ws.mu.Unlock()
 	if !ok {
 		return
 	}
-	if w.cancel != nil {
-		w.cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws.end(w) {
+		ws.send(&pb.WatchResponse{Header: ws.e.header(0), WatchId: id, Canceled: true})
 	}
-	<-w.exited
-	ws.send(&pb.WatchResponse{Header: ws.e.header(0), WatchId: id, Canceled: true})
 }
 
-// closeAll ends every watch of the stream and waits for their pumps.
-func (ws *etcdWatchStream) closeAll() {
-	ws.mu.Lock()
-	for _, w := range ws.watches {
-		if w.cancel != nil {
-			w.cancel()
-		}
+// markReady queues w for the pump (any goroutine, without blocking): its Notify.
+func (ws *etcdWatchStream) markReady(w *etcdWatcher) {
+	ws.readyMu.Lock()
+	if !w.queued {
+		w.queued = true
+		ws.ready = append(ws.ready, w)
 	}
-	ws.mu.Unlock()
-	ws.wg.Wait()
+	ws.readyMu.Unlock()
+	select {
+	case ws.wake <- struct{}{}:
+	default:
+	}
 }
 
-// pump sends the watch's events until ctx ends (nil) or the watch does (its error).
-// It is the only caller of the watcher's Next and Bookmark, so a revision it reports
-// to a progress request has had all its events sent.
-func (ws *etcdWatchStream) pump(ctx context.Context, w *etcdWatcher) error {
-	var tick <-chan time.Time
-	if w.progressNotify {
-		t := time.NewTicker(ws.e.progressNotifyInterval())
-		defer t.Stop()
-		tick = t.C
-	}
-	if err := ws.drain(w); err != nil {
-		return err
-	}
+// pump serves the stream's watches until the stream ends, then closes them: the
+// ready ones' events, progress notifications every progress notify interval, and the
+// answers to RequestProgress.
+func (ws *etcdWatchStream) pump() {
+	defer ws.wg.Done()
+	defer ws.closeWatches()
+	tick := time.NewTicker(ws.e.progressNotifyInterval())
+	defer tick.Stop()
+	var batch []*etcdWatcher
 	for {
 		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.notify:
-			if err := ws.drain(w); err != nil {
-				return err
+		case <-ws.ctx.Done():
+			return
+		case <-ws.wake:
+			ws.readyMu.Lock()
+			batch, ws.ready = ws.ready, batch[:0]
+			for _, w := range batch {
+				w.queued = false
 			}
-		case reply := <-w.progress:
-			err := ws.drain(w)
-			rev, ok := w.w.Bookmark()
-			if err != nil || !ok {
-				rev = -1
+			ws.readyMu.Unlock()
+			for _, w := range batch {
+				ws.serve(w)
 			}
-			reply <- rev
-			if err != nil {
-				return err
-			}
-		case <-tick:
-			if err := ws.drain(w); err != nil {
-				return err
-			}
-			if rev, ok := w.w.Bookmark(); ok {
-				ws.send(&pb.WatchResponse{Header: ws.e.header(rev), WatchId: w.id})
-			}
+			clear(batch)
+		case reply := <-ws.progress:
+			reply <- ws.progressOnce()
+		case <-tick.C:
+			ws.progressNotify()
 		}
 	}
 }
 
-// drain sends whatever the watcher has ready.
-func (ws *etcdWatchStream) drain(w *etcdWatcher) error {
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	for range 1 << 16 {
-		groups, err := w.w.Next(done)
+// serve sends what w has ready, a bounded part of it when it has much: a busy watch
+// is marked ready again and yields to the other watches of the stream (pump).
+func (ws *etcdWatchStream) serve(w *etcdWatcher) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.live {
+		return // starting (start marks it ready again) or ended
+	}
+	more, err := ws.drain(w, serveRounds)
+	if err != nil {
+		ws.ended(w, err)
+		return
+	}
+	if more {
+		ws.markReady(w)
+	}
+}
+
+// serveRounds bounds the Next calls of one serve of a watch.
+const serveRounds = 8
+
+// drain sends what w's watcher has ready, in at most rounds Next calls, and reports
+// whether it may have more (pump, w.mu held). An error ends the watch.
+func (ws *etcdWatchStream) drain(w *etcdWatcher, rounds int) (more bool, err error) {
+	for range rounds {
+		groups, err := w.w.Next(polled)
 		if errors.Is(err, context.Canceled) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
 			if err = ws.resume(w, err); err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
 		if err := w.w.RightsLost(); err != nil {
-			return err
+			return false, err
 		}
 		for len(groups) > 0 { // etcd's watchBatchMaxRevs: at most 1,000 revisions an answer
 			n := min(len(groups), etcdMaxRevsPerAnswer)
 			if err := ws.sendEvents(w, groups[:n]); err != nil {
-				return err
+				return false, err
 			}
 			groups = groups[n:]
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // resume reopens a watch the core ended as too slow (its queue reached its bound)
 // from the first revision it had not been given, as etcd catches a slow watcher up
 // from history instead of ending it: an etcd client takes a watch the server cancels
 // without a compaction for a closed one and tells its caller nothing. Any other end,
-// or a reopen that fails (a compacted revision), is returned.
+// or a reopen that fails (a compacted revision), is returned (pump, w.mu held).
 func (ws *etcdWatchStream) resume(w *etcdWatcher, err error) error {
 	var werr *fsm.WatchError
 	if !errors.As(err, &werr) || !errors.Is(werr.Err, fsm.ErrSlowWatcher) {
 		return err
 	}
-	nw, err := ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), kv.WatchRequest{Key: w.key, End: w.end,
-		StartRevision: werr.LastRevision + 1, PrevKV: w.prevKV, Notify: w.notifyFn})
+	nw, err := ws.e.core.Watch(ws.ctx, callerOf(ws.ctx), ws.watchRequest(w, werr.LastRevision+1))
 	if err != nil {
-		return err // the old watch is closed when the pump ends
+		return err // ended closes the old watch
 	}
-	ws.mu.Lock()
 	old := w.w
 	w.w = nw
-	ws.mu.Unlock()
 	old.Close()
 	return nil
 }
@@ -405,14 +461,78 @@ func (ws *etcdWatchStream) sendEvents(w *etcdWatcher, groups []*fsm.RevisionEven
 	return ws.send(&pb.WatchResponse{Header: ws.e.header(last), WatchId: w.id, Events: evs})
 }
 
+// progressNotify sends each live watch created with progress_notify the revision it
+// has reached, once it has sent every event up to it (pump).
+func (ws *etcdWatchStream) progressNotify() {
+	for _, w := range ws.snapshot(func(w *etcdWatcher) bool { return w.progressNotify }) {
+		if rev, ok := ws.reached(w); ok {
+			ws.send(&pb.WatchResponse{Header: ws.e.header(rev), WatchId: w.id})
+		}
+	}
+}
+
+// reached sends what w has ready and returns the revision up to which it has sent
+// every event; ok is false when w is not live or still has events queued (pump).
+func (ws *etcdWatchStream) reached(w *etcdWatcher) (rev int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.live {
+		return 0, false
+	}
+	return ws.reachedLocked(w)
+}
+
+// reachedLocked is reached of a live watch, w.mu held.
+func (ws *etcdWatchStream) reachedLocked(w *etcdWatcher) (rev int64, ok bool) {
+	if _, err := ws.drain(w, 1<<16); err != nil {
+		ws.ended(w, err)
+		return 0, false
+	}
+	return w.w.Bookmark()
+}
+
+// snapshot returns the stream's started watches that keep says.
+func (ws *etcdWatchStream) snapshot(keep func(*etcdWatcher) bool) []*etcdWatcher {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make([]*etcdWatcher, 0, len(ws.watches))
+	for _, w := range ws.watches {
+		if w.w != nil && keep(w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// closeWatches closes every watch of the stream when it ends (pump).
+func (ws *etcdWatchStream) closeWatches() {
+	ws.mu.Lock()
+	ws.closed = true
+	all := make([]*etcdWatcher, 0, len(ws.watches))
+	for _, w := range ws.watches {
+		all = append(all, w)
+	}
+	ws.mu.Unlock()
+	for _, w := range all {
+		w.mu.Lock()
+		ws.end(w)
+		w.mu.Unlock()
+	}
+}
+
 // requestProgress answers a RequestProgress: once every watch of the stream has sent
 // every event up to some revision, one answer (watch ID -1) with the least of them.
 // A watch with events still queued is asked again, for at most two seconds; then the
 // request goes unanswered, as etcd's does while watches are unsynced.
 func (ws *etcdWatchStream) requestProgress() {
 	for range 40 {
-		rev, ok := ws.progressOnce()
-		if ok {
+		reply := make(chan int64, 1)
+		select {
+		case ws.progress <- reply:
+		case <-ws.ctx.Done():
+			return
+		}
+		if rev := <-reply; rev >= 0 {
 			ws.send(&pb.WatchResponse{Header: ws.e.header(rev), WatchId: -1})
 			return
 		}
@@ -424,42 +544,47 @@ func (ws *etcdWatchStream) requestProgress() {
 	}
 }
 
-// progressOnce asks each pump for the revision it has sent everything up to.
-func (ws *etcdWatchStream) progressOnce() (int64, bool) {
-	ws.mu.Lock()
-	ws2 := make([]*etcdWatcher, 0, len(ws.watches))
-	for _, w := range ws.watches {
-		if w.w != nil {
-			ws2 = append(ws2, w)
-		}
-	}
-	ws.mu.Unlock()
-	least := int64(-1)
-	if len(ws2) == 0 {
+// progressOnce returns the least revision up to which every watch of the stream has
+// sent every event, or -1 when some watch has events queued or is still starting
+// (its replay may be below the others' revision) (pump).
+func (ws *etcdWatchStream) progressOnce() int64 {
+	all := ws.snapshot(func(*etcdWatcher) bool { return true })
+	if len(all) == 0 {
 		rev, _, err := ws.e.core.Revisions(ws.ctx)
 		if err != nil {
-			return 0, false
+			return -1
 		}
-		return rev, true
+		return rev
 	}
-	for _, w := range ws2 {
-		reply := make(chan int64, 1)
-		select {
-		case w.progress <- reply:
-		case <-w.exited:
+	least := int64(-1)
+	for _, w := range all {
+		rev, ok, gone := ws.progressOf(w)
+		if gone {
 			continue
-		case <-ws.ctx.Done():
-			return 0, false
 		}
-		rev := <-reply
-		if rev < 0 {
-			return 0, false
+		if !ok {
+			return -1
 		}
 		if least < 0 || rev < least {
 			least = rev
 		}
 	}
-	return least, least >= 0
+	return least
+}
+
+// progressOf is reached of one watch for progressOnce; gone: the watch has ended
+// and counts no more.
+func (ws *etcdWatchStream) progressOf(w *etcdWatcher) (rev int64, ok, gone bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.gone:
+		return 0, false, true
+	case !w.live:
+		return 0, false, false
+	}
+	rev, ok = ws.reachedLocked(w)
+	return rev, ok, false
 }
 
 // progressNotifyInterval is ProgressNotifyInterval, or its default when unset.
