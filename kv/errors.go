@@ -10,6 +10,7 @@ import (
 	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/internal/ctoken"
+	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
@@ -61,15 +62,6 @@ var (
 	ErrForbidden = acl.ErrForbidden
 	// ErrAlreadyBootstrapped: the cluster's ACL system was bootstrapped before.
 	ErrAlreadyBootstrapped = errors.New("kv: acl system already bootstrapped")
-	// ErrPhaseRefused: a key migration's advance or rollback was refused (the agent's
-	// answer to migrate.ErrPhaseRefused).
-	ErrPhaseRefused = errors.New("kv: key migration step refused")
-	// ErrNoCommonVersion: a storage-version migration cannot start while the members do
-	// not all write one version (the agent's answer to migrate.ErrNoCommonVersion).
-	ErrNoCommonVersion = errors.New("kv: no common version to migrate into")
-	// ErrNotRunning: no storage-version migration runs to abort (the agent's answer to
-	// migrate.ErrNotRunning).
-	ErrNotRunning = errors.New("kv: no migration running")
 )
 
 // expiredError is a 410 that carries an inconsistent continue token.
@@ -100,17 +92,17 @@ func classify(err error) (code int, reason string) {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidParam),
 		errors.Is(err, ErrInvalidBody), errors.Is(err, fsm.ErrInvalidCommand),
 		errors.Is(err, fsm.ErrTooManyOps), errors.Is(err, versions.ErrBadObject),
-		errors.Is(err, versions.ErrConversion):
+		errors.Is(err, versions.ErrConversion), errors.Is(err, migrate.ErrBadSettings):
 		return http.StatusBadRequest, api.ReasonBadRequest
 	case errors.Is(err, versions.ErrBadSchema):
 		return http.StatusBadRequest, api.ReasonBadSchema
 	case errors.Is(err, versions.ErrSchemaChange):
 		return http.StatusConflict, api.ReasonSchemaChangeRefused
-	case errors.Is(err, ErrPhaseRefused):
+	case errors.Is(err, migrate.ErrPhaseRefused):
 		return http.StatusConflict, api.ReasonPhaseRefused
-	case errors.Is(err, ErrNoCommonVersion):
+	case errors.Is(err, migrate.ErrNoCommonVersion):
 		return http.StatusConflict, api.ReasonNoCommonVersion
-	case errors.Is(err, ErrNotRunning):
+	case errors.Is(err, migrate.ErrNotRunning):
 		return http.StatusConflict, api.ReasonNotRunning
 	case errors.Is(err, ErrClientCertRequired): // an ErrUnauthorized: first
 		return http.StatusUnauthorized, api.ReasonClientCertRequired
@@ -132,7 +124,7 @@ func classify(err error) (code int, reason string) {
 		return http.StatusNotFound, api.ReasonNotFound
 	case errors.Is(err, ErrMethodNotAllowed):
 		return http.StatusMethodNotAllowed, api.ReasonMethodNotAllowed
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ErrConflict), errors.Is(err, migrate.ErrConflict):
 		return http.StatusConflict, api.ReasonConflict
 	case errors.Is(err, fsm.ErrCompacted):
 		return http.StatusGone, api.ReasonResourceExpired

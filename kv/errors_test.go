@@ -8,6 +8,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/migrate"
 	"github.com/keel-kv/keel/raft"
 	"github.com/keel-kv/keel/versions"
 )
@@ -41,9 +42,11 @@ func TestClassify(t *testing.T) {
 		{ErrTooLarge, 413, api.ReasonTooLarge},
 		{versions.ErrBadSchema, 400, api.ReasonBadSchema},
 		{versions.ErrSchemaChange, 409, api.ReasonSchemaChangeRefused},
-		{ErrPhaseRefused, 409, api.ReasonPhaseRefused},
-		{ErrNoCommonVersion, 409, api.ReasonNoCommonVersion},
-		{ErrNotRunning, 409, api.ReasonNotRunning},
+		{migrate.ErrPhaseRefused, 409, api.ReasonPhaseRefused},
+		{migrate.ErrNoCommonVersion, 409, api.ReasonNoCommonVersion},
+		{migrate.ErrNotRunning, 409, api.ReasonNotRunning},
+		{migrate.ErrConflict, 409, api.ReasonConflict},
+		{migrate.ErrBadSettings, 400, api.ReasonBadRequest},
 		{raft.ErrNoLeader, 503, api.ReasonNoLeader},
 		{raft.ErrNotLeader, 503, api.ReasonUnavailable},
 		{ErrNotReady, 503, api.ReasonUnavailable},

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/keel-kv/keel/kv"
-	"github.com/keel-kv/keel/migrate"
 )
 
 // The agent's routes answer every failure through kv's one error table
@@ -31,21 +30,4 @@ func bodyError(err error) error {
 		return fmt.Errorf("%w: body over %d bytes", kv.ErrTooLarge, tooLarge.Limit)
 	}
 	return fmt.Errorf("%w: %v", kv.ErrInvalidBody, err)
-}
-
-// migrateError is err, a failure of package migrate, classified by kv's table: its
-// refusals as kv's sentinels; replication errors are raft's, which the table knows.
-func migrateError(err error) error {
-	for _, m := range []struct{ migrate, kv error }{
-		{migrate.ErrPhaseRefused, kv.ErrPhaseRefused},
-		{migrate.ErrNoCommonVersion, kv.ErrNoCommonVersion},
-		{migrate.ErrNotRunning, kv.ErrNotRunning},
-		{migrate.ErrConflict, kv.ErrConflict},
-		{migrate.ErrBadSettings, kv.ErrInvalidBody},
-	} {
-		if errors.Is(err, m.migrate) {
-			return asKind(m.kv, err)
-		}
-	}
-	return err
 }

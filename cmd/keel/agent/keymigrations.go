@@ -183,7 +183,7 @@ func (a *Agent) handleKeyTransition(w http.ResponseWriter, r *http.Request) {
 			"reason", err.Error())
 	}
 	if err != nil {
-		a.httpd.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	a.log.Info("key migration phase changed", "migration", k.Name, "step", kind, "from", rec.Last.From,

@@ -90,7 +90,7 @@ func (a *Agent) handleStartMigration(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := migrate.Request(ctx, a.node, key)
 	if err != nil {
-		a.httpd.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusAccepted, st)
@@ -103,7 +103,7 @@ func (a *Agent) handleAbortMigration(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := migrate.Abort(ctx, a.node, r.PathValue("group")+"/"+r.PathValue("resource"))
 	if err != nil {
-		a.httpd.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, st)
@@ -141,7 +141,7 @@ func (a *Agent) handlePutMigrationSettings(w http.ResponseWriter, r *http.Reques
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if err := migrate.WriteSettings(ctx, a.node, s); err != nil {
-		a.httpd.WriteError(w, r, migrateError(err))
+		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, s)
