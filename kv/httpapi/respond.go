@@ -52,15 +52,21 @@ func (s *Server) call(check func(kv.Caller) error, op func(ctx context.Context, 
 		if _, err := parseParams(r); err != nil {
 			return err
 		}
-		ctx, cancel := s.requestContext(r)
-		defer cancel()
-		v, err := op(ctx, callerOf(r), r)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, v)
-		return nil
+		return s.answer(w, r, func(ctx context.Context, c kv.Caller) (any, error) { return op(ctx, c, r) })
 	}
+}
+
+// answer runs op for r's caller under the request deadline and writes its result as
+// the 200 JSON answer (call's and callBody's last step).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, c kv.Caller) (any, error)) error {
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	v, err := op(ctx, callerOf(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
 // callBody is call for a route whose request is a JSON body of at most max bytes (and
@@ -77,14 +83,7 @@ func callBody[T any](s *Server, check func(kv.Caller) error, max int64, what str
 		if err := decodeJSONBody(w, r, max, what+" body", what, &body); err != nil {
 			return err
 		}
-		ctx, cancel := s.requestContext(r)
-		defer cancel()
-		v, err := op(ctx, callerOf(r), r, body)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, v)
-		return nil
+		return s.answer(w, r, func(ctx context.Context, c kv.Caller) (any, error) { return op(ctx, c, r, body) })
 	}
 }
 

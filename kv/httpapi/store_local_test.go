@@ -40,6 +40,15 @@ func newTestServerOn(t testing.TB, store *kvtest.LocalStore, opts ...func(*kv.Co
 	for _, o := range opts {
 		o(&cfg)
 	}
+	ts, _ := serveStore(t, store, cfg)
+	ts.store = store
+	return ts
+}
+
+// serveStore serves the HTTP door over a core on store with cfg, through an
+// httptest server closed when the test ends (or earlier by the caller).
+func serveStore(t testing.TB, store kv.Store, cfg kv.Config) (*testServer, *httptest.Server) {
+	t.Helper()
 	core, err := kv.NewServer(cfg, store, nil)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
@@ -48,20 +57,6 @@ func newTestServerOn(t testing.TB, store *kvtest.LocalStore, opts ...func(*kv.Co
 	attachTestDoors(srv)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &testServer{t: t, store: store, core: core, srv: srv, url: hs.URL}
-}
-
-// serveStore serves the HTTP door over a core on store with cfg, through an
-// httptest server the caller closes.
-func serveStore(t testing.TB, store kv.Store, cfg kv.Config) (*testServer, *httptest.Server) {
-	t.Helper()
-	core, err := kv.NewServer(cfg, store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(core)
-	attachTestDoors(srv)
-	hs := httptest.NewServer(srv.Handler())
 	return &testServer{t: t, core: core, srv: srv, url: hs.URL}, hs
 }
 

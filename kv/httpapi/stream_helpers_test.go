@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bufio"
 	"net"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/keel-kv/keel/kv"
@@ -44,13 +43,7 @@ type leaderlessStore = kvtest.Leaderless
 // newTestServerWith serves st, a LocalStore with leader contact.
 func newTestServerWith(t *testing.T, st *leaderlessStore) *testServer {
 	t.Helper()
-	core, err := kv.NewServer(kv.DefaultConfig(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(core)
-	attachTestDoors(srv)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return &testServer{t: t, store: st.LocalStore, core: core, srv: srv, url: hs.URL}
+	ts, _ := serveStore(t, st, kv.DefaultConfig())
+	ts.store = st.LocalStore
+	return ts
 }
