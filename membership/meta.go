@@ -49,6 +49,10 @@ type Meta struct {
 	// Leaving is set by Leave just before the node departs, so peers record it as left
 	// rather than failed. UpdateMeta ignores the caller's value.
 	Leaving bool
+	// Rejoining says the node is being rebuilt from its peers (raft-rejoin): its own
+	// rejoin asks to be made a voter once caught up, so the leader's autopilot leaves
+	// its promotion to it. Older releases skip the field and may promote it too.
+	Rejoining bool
 	// StorageVersions maps a resource name to the storage encodings this node uses.
 	StorageVersions map[string]StorageVersion
 	// KeyMigrations maps each key migration the node supports (its schema declares it)

@@ -51,6 +51,7 @@ const (
 	tagLeaving          = 11
 	tagStorageVersions  = 12
 	tagKeyMigrations    = 13
+	tagRejoining        = 14
 )
 
 // EncodeMeta validates m and encodes it (see MetaFormatVersion). It fails with
@@ -81,6 +82,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	if len(m.KeyMigrations) > 0 {
 		b = appendField(b, tagKeyMigrations, encodeKeyMigrations(m.KeyMigrations))
 	}
+	b = appendBool(b, tagRejoining, m.Rejoining)
 	if len(b) > MetaMaxSize {
 		return nil, fmt.Errorf("%w: node %q metadata encodes to %d bytes, limit %d (memberlist MetaMaxSize); shorten addresses or list fewer storage versions",
 			ErrMetaTooLarge, m.NodeID, len(b), MetaMaxSize)
@@ -233,6 +235,8 @@ func (m *Meta) decodeField(tag byte, val []byte) error {
 		m.StorageVersions, err = decodeStorageVersions(val)
 	case tagKeyMigrations:
 		m.KeyMigrations, err = decodeKeyMigrations(val)
+	case tagRejoining:
+		m.Rejoining, err = decodeBool(val)
 	default:
 		// A field of a newer release: skipped, as the format promises.
 	}

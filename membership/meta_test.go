@@ -24,6 +24,7 @@ func fullMeta() Meta {
 		BootstrapExpect:  3,
 		HasRaftState:     true,
 		Leaving:          true,
+		Rejoining:        true,
 		StorageVersions: map[string]StorageVersion{
 			"apps/deployments": {EncodingVersion: "v1", DecodableVersions: []string{"v1", "v1beta1"}, ServedVersions: []string{"v1"}},
 			"core/configmaps":  {EncodingVersion: "v2", DecodableVersions: []string{"v1", "v2"}, ServedVersions: []string{"v1", "v2"}},

@@ -43,7 +43,7 @@ func (n *Node) BootstrapServers(servers []Member) error {
 type PeerState struct {
 	Applied   uint64 // applied index
 	Nonce     uint64 // random per process start
-	Recovered bool   // Raft state was on disk when the process opened it
+	Recovered bool   // Raft state was on disk when the process opened it, or it is rejoining after a rebuild
 }
 
 // PeerAppliedIndex asks the node at raft address addr for its applied index; the

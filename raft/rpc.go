@@ -212,7 +212,11 @@ func (n *Node) handleRPC(peer string, kind byte, body []byte) ([]byte, error) {
 	case rpcApplied:
 		b := binary.AppendUvarint(nil, n.store.AppliedIndex())
 		b = binary.AppendUvarint(b, n.nonce)
-		if n.existing {
+		// 1: this process opened existing Raft state, or it is rejoining after a
+		// rebuild (the cluster removed it before its state was moved aside, so it
+		// forgot no vote that counts): either way no wiped server for the leader to
+		// remove. Older leaders read the byte the same way.
+		if n.existing || n.Rejoining() {
 			b = append(b, 1)
 		} else {
 			b = append(b, 0)

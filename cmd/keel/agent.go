@@ -78,7 +78,7 @@ type agentFlags struct {
 	etcdAddr                                                 string
 	etcdProgress                                             time.Duration
 	join, retryJoin                                          []string
-	dev, bootstrap                                           bool
+	dev, bootstrap, evenVoters                               bool
 	gossipAddr, encrypt, clusterLabel                        string
 	bootstrapExpect                                          int
 	maxValueBytes                                            int64
@@ -135,6 +135,7 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.gossipAddr, "gossip-addr", "", "gossip (memberlist) listen address; turns gossip on (default with -bootstrap-expect: "+membership.DefaultBindAddr+")")
 	fl.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "bootstrap a new cluster once this many servers are seen by gossip")
 	fl.StringVar(&f.encrypt, "encrypt", "", "gossip encryption key, base64 of 16, 24 or 32 bytes")
+	fl.BoolVar(&f.evenVoters, "autopilot-even-voters", false, "with gossip, let autopilot promote a server that makes the number of voters even (by default a 4th server waits as a non-voter until a 5th is ready)")
 	fl.StringVar(&f.clusterLabel, "cluster-label", "", "gossip cluster label: clusters with different labels never merge")
 	fl.BoolVar(&f.bootstrap, "bootstrap", false, "start a new cluster with this node as its first voter")
 	fl.BoolVar(&f.dev, "dev", false, "dev mode: one bootstrapped node, data in a fresh temp dir unless -data-dir")
@@ -235,6 +236,7 @@ func agentConfig(f agentFlags, log hclog.Logger) (cfg agent.Config, tempDir stri
 		cfg.Gossip = g
 		cfg.Raft.Join = nil
 		cfg.BootstrapExpect = f.bootstrapExpect
+		cfg.Autopilot.EvenVoters = f.evenVoters
 	}
 	if err := securityConfig(&cfg, f); err != nil {
 		return cfg, "", err

@@ -37,6 +37,11 @@ type AutopilotConfig struct {
 	// defaultUnvouchedThreshold; negative turns the check off (clusters that mix nodes
 	// with and without gossip).
 	UnvouchedServerThreshold time.Duration
+	// EvenVoters lets autopilot promote a server that makes the number of voters even.
+	// By default it keeps the count odd: four voters tolerate no more failures than
+	// three and need a larger quorum, so a fourth server waits as a non-voter until a
+	// fifth is ready and both are promoted together.
+	EvenVoters bool
 }
 
 // defaultUnvouchedThreshold is the grace period of a Raft server no gossip member
@@ -84,7 +89,7 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	meta := membership.Meta{
 		NodeID: a.cfg.NodeID, RaftAddr: a.node.Addr(), HTTPAddr: a.HTTPAddr(), Release: buildinfo.Version(),
 		MinCommandFormat: int(fsm.MinCommandFormat), MaxCommandFormat: int(fsm.MaxCommandFormat),
-		ClusterLabel: gcfg.ClusterLabel, BootstrapExpect: a.cfg.BootstrapExpect, HasRaftState: a.node.HasState(),
+		ClusterLabel: gcfg.ClusterLabel, BootstrapExpect: a.cfg.BootstrapExpect, HasRaftState: a.node.HasState(), Rejoining: a.node.Rejoining(),
 		Incarnation: a.incarnation, StorageVersions: gossipStorageVersions(a.cfg.Schema),
 	}
 	if a.cfg.MaxCommandFormat > 0 {
@@ -145,8 +150,8 @@ func (g *gossip) loop(ctx context.Context) {
 func (g *gossip) round(ctx context.Context) {
 	node := g.a.node
 	g.metaMu.Lock()
-	if has := node.HasState(); has != g.meta.HasRaftState {
-		g.meta.HasRaftState = has
+	if has, rejoining := node.HasState(), node.Rejoining(); has != g.meta.HasRaftState || rejoining != g.meta.Rejoining {
+		g.meta.HasRaftState, g.meta.Rejoining = has, rejoining
 		if err := g.ml.UpdateMeta(ctx, g.meta); err != nil {
 			g.a.log.Warn("update gossip metadata", "error", err)
 		}
@@ -222,7 +227,8 @@ func (g *gossip) wiped(ctx context.Context, s raft.Member) bool {
 }
 
 // autopilot reconciles the Raft configuration with gossip membership: alive servers
-// outside it join as non-voters, caught-up and stable non-voters become voters, and
+// outside it join as non-voters, caught-up and stable non-voters become voters (keeping
+// the number of voters odd unless EvenVoters), and
 // servers dead past the threshold (or gone by a graceful leave) are removed, never
 // below MinQuorum voters.
 func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
@@ -259,6 +265,7 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 			delete(g.unvouched, id) // removed meanwhile (by an operator, or re-added later: start over)
 		}
 	}
+	var ready []raft.Member // non-voters caught up and stable: promotable
 	for _, s := range status.Members {
 		if s.ID == g.a.cfg.NodeID {
 			continue
@@ -309,9 +316,31 @@ func (g *gossip) autopilot(ctx context.Context, members []membership.Member) {
 			g.a.log.Info("autopilot: removed server", "id", s.ID, "gossip_status", m.Status.String())
 			continue
 		}
-		if s.Suffrage != hraft.Voter {
-			g.promote(opCtx, s, m, now)
+		if s.Suffrage != hraft.Voter && g.stable(opCtx, s, m, now) {
+			ready = append(ready, s)
 		}
+	}
+	for _, s := range ready[:g.promotable(voters, len(ready))] {
+		if err := node.AddVoter(opCtx, s.ID, s.Address); err != nil {
+			g.a.log.Warn("autopilot: promote", "id", s.ID, "error", err)
+			break // the next round tries again (an even count left then promotes one)
+		}
+		delete(g.healthy, s.ID)
+		g.a.log.Info("autopilot: promoted to voter", "id", s.ID)
+	}
+}
+
+// promotable is how many of ready non-voters to promote next to voters voters: all of
+// them with EvenVoters; otherwise as many as keep the count odd (one when it is even,
+// an even number when it is odd).
+func (g *gossip) promotable(voters, ready int) int {
+	switch {
+	case g.a.cfg.Autopilot.EvenVoters:
+		return ready
+	case voters%2 == 0:
+		return min(ready, 1)
+	default:
+		return ready - ready%2
 	}
 }
 
@@ -349,32 +378,27 @@ func (g *gossip) removeUnvouched(ctx context.Context, s raft.Member, voters int,
 	return true
 }
 
-func (g *gossip) promote(ctx context.Context, s raft.Member, m membership.Member, now time.Time) {
+// stable reports whether non-voter s is ready to be a voter: alive, caught up, and so
+// for ServerStabilizationTime. A server rebuilding from its peers (Meta.Rejoining) is
+// never: its own rejoin asks to be promoted once caught up, and one actor owns that.
+func (g *gossip) stable(ctx context.Context, s raft.Member, m membership.Member, now time.Time) bool {
 	ap := g.a.cfg.Autopilot
 	node := g.a.node
 	caughtUp := false
-	if m.Status == membership.StatusAlive {
+	if m.Status == membership.StatusAlive && !m.Meta.Rejoining {
 		applied, err := node.PeerAppliedIndex(ctx, s.Address)
 		caughtUp = err == nil && applied+ap.MaxTrailingLogs >= node.LastIndex()
 	}
 	if !caughtUp {
 		delete(g.healthy, s.ID)
-		return
+		return false
 	}
 	since, ok := g.healthy[s.ID]
 	if !ok {
 		g.healthy[s.ID] = now
-		return
+		return false
 	}
-	if now.Sub(since) < ap.ServerStabilizationTime {
-		return
-	}
-	if err := node.AddVoter(ctx, s.ID, s.Address); err != nil {
-		g.a.log.Warn("autopilot: promote", "id", s.ID, "error", err)
-		return
-	}
-	delete(g.healthy, s.ID)
-	g.a.log.Info("autopilot: promoted to voter", "id", s.ID)
+	return now.Sub(since) >= ap.ServerStabilizationTime
 }
 
 // Members returns the gossip members, or nil when gossip is off.

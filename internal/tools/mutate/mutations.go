@@ -72,6 +72,16 @@ var mutations = append([]Mutation{
 	{Name: "checker-unknown-write-floor", Bug: "a write of unknown outcome may be read back before the last seen write",
 		File: "chaos/model.go", Pkg: "./chaos/", Run: "Model|Rules",
 		Old: "\t\t\tif out.ModRev <= s.Floor {", New: "\t\t\tif false && out.ModRev <= s.Floor {"},
+	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
+	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
+		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
+		Old: "if m.Status == membership.StatusAlive && !m.Meta.Rejoining {", New: "if m.Status == membership.StatusAlive {"},
+	{Name: "autopilot-even-voters", Bug: "autopilot promotes a fourth voter",
+		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
+		Old: "\tcase voters%2 == 0:\n\t\treturn min(ready, 1)", New: "\tcase voters%2 == 0 || true:\n\t\treturn ready"},
+	{Name: "rejoining-reported-wiped", Bug: "a rejoining node tells the leader it has no state: autopilot removes it as wiped",
+		File: "raft/rpc.go", Pkg: "./cmd/keel/agent/", Run: "TestGossipRebuiltNodeIsPromotedOnce",
+		Old: "if n.existing || n.Rejoining() {", New: "if n.existing {"},
 }, checkerRules...)
 
 // checkerRules silences the chaos checker's rules one by one.
