@@ -72,6 +72,10 @@ var mutations = append([]Mutation{
 	{Name: "checker-unknown-write-floor", Bug: "a write of unknown outcome may be read back before the last seen write",
 		File: "chaos/model.go", Pkg: "./chaos/", Run: "Model|Rules",
 		Old: "\t\t\tif out.ModRev <= s.Floor {", New: "\t\t\tif false && out.ModRev <= s.Floor {"},
+	// Issue #40: blind spots a planted bug walked through.
+	{Name: "ctoken-start-unchecked", Bug: "a continue token is accepted on a range with another start (same end)",
+		File: "kv/internal/ctoken/token.go", Pkg: "./kv/internal/ctoken/", Run: "CheckRange",
+		Old: "if !bytes.Equal(t.Start, start) || (t.End == nil)", New: "if (t.End == nil)"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",

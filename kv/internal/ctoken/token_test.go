@@ -82,6 +82,12 @@ func TestTokenCheckRange(t *testing.T) {
 		{tok("zzz", "", "", false), nil, nil, true},
 		{tok("a/b", "", "", false), []byte("a/"), []byte("a0"), false},
 		{tok("a/b", "a/", "", false), []byte("a/"), []byte("a0"), false},
+		// Another start alone (same end), the next key inside both ranges: a token
+		// minted for [a/, z) replayed on [b/, z) would skip nothing it could not read,
+		// yet it is another scan's token.
+		{tok("b/x", "a/", "z", true), []byte("b/"), []byte("z"), false},
+		{tok("b/x", "b/", "z", true), []byte("a/"), []byte("z"), false},
+		{tok("b/x", "b/", "z", true), []byte("b/"), []byte("z"), true},
 	}
 	for i, tt := range tests {
 		err := tt.tok.CheckRange(tt.start, tt.end)
