@@ -76,6 +76,12 @@ var mutations = append([]Mutation{
 	{Name: "ctoken-start-unchecked", Bug: "a continue token is accepted on a range with another start (same end)",
 		File: "kv/internal/ctoken/token.go", Pkg: "./kv/internal/ctoken/", Run: "CheckRange",
 		Old: "if !bytes.Equal(t.Start, start) || (t.End == nil)", New: "if (t.End == nil)"},
+	{Name: "migrate-chunk-across-sv-change", Bug: "a migration chunk is committed although the StorageVersion record changed since its pass began",
+		File: "migrate/chunk.go", Pkg: "./migrate/", Run: "TestMigrateChunk",
+		Old: "Result: fsm.CompareEqual, Int: st.StorageVersionRevision}}}", New: "Result: fsm.CompareNotEqual, Int: -1}}}"},
+	{Name: "migrate-cut-skips-boundary", Bug: "a chunk cut at the byte bound skips the object it stopped at",
+		File: "migrate/chunk.go", Pkg: "./migrate/", Run: "TestMigrateChunk",
+		Old: "next = kv.Key // the rest is the next chunk's", New: "next = append(kv.Key[:len(kv.Key):len(kv.Key)], 0)"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
