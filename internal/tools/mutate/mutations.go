@@ -82,6 +82,12 @@ var mutations = append([]Mutation{
 	{Name: "migrate-cut-skips-boundary", Bug: "a chunk cut at the byte bound skips the object it stopped at",
 		File: "migrate/chunk.go", Pkg: "./migrate/", Run: "TestMigrateChunk",
 		Old: "next = kv.Key // the rest is the next chunk's", New: "next = append(kv.Key[:len(kv.Key):len(kv.Key)], 0)"},
+	{Name: "lease-no-deadline-sitting-leader", Bug: "a lease granted under a sitting leader gets no deadline (never expires)",
+		File: "kv/lease/lessor.go", Pkg: "./kv/lease/", Run: "TestLessor",
+		Old: "\t\tif _, ok := l.mu.deadlines[ls.ID]; !ok {\n\t\t\tl.setDeadlineLocked", New: "\t\tif _, ok := l.mu.deadlines[ls.ID]; false && !ok {\n\t\t\tl.setDeadlineLocked"},
+	{Name: "lease-short-after-long", Bug: "a short lease granted after a long one expires at the long one's deadline",
+		File: "kv/lease/lessor.go", Pkg: "./kv/lease/", Run: "TestLessor",
+		Old: "if l.mu.nextExpiry.IsZero() || d.Before(l.mu.nextExpiry) {", New: "if l.mu.nextExpiry.IsZero() {"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
