@@ -88,6 +88,9 @@ var mutations = append([]Mutation{
 	{Name: "lease-short-after-long", Bug: "a short lease granted after a long one expires at the long one's deadline",
 		File: "kv/lease/lessor.go", Pkg: "./kv/lease/", Run: "TestLessor",
 		Old: "if l.mu.nextExpiry.IsZero() || d.Before(l.mu.nextExpiry) {", New: "if l.mu.nextExpiry.IsZero() {"},
+	{Name: "rebuild-no-wait-removal", Bug: "Rebuild moves the Raft state aside once RemovePeer answers, before the removal shows",
+		File: "cmd/keel/agent/rebuild.go", Pkg: "./cmd/keel/agent/", Run: "TestRebuild",
+		Old: "\t\treturn waitRemoved(ctx, peer, id)", New: "\t\treturn nil"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
