@@ -149,6 +149,50 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.restoreLocked(st, pending)
+	return nil
+}
+
+// RestoreAt is Restore for a snapshot that Raft installs at log index index: the
+// index of the last entry the snapshot reflects, or for an operator's restore
+// (Raft.Restore) the fresh index Raft gives it, past every entry of the log. The
+// restored state's applied index is index (never less than the one the snapshot
+// carries).
+//
+// A snapshot older than the state, index below the applied index, is refused with
+// ErrStaleSnapshot and changes nothing: the state already holds every entry the
+// snapshot does, and more, so restoring it would lose those entries here and make
+// this replica serve revisions older than it served before. hashicorp/raft sends and
+// installs such snapshots (see fsmAdapter.Restore in package raft). An operator's
+// restore is never refused: its index is newer than any applied one, although the
+// state it brings back is older.
+func (s *Store) RestoreAt(r io.Reader, index uint64) error {
+	if err := staleSnapshot(index, s.AppliedIndex()); err != nil {
+		return err // before reading it all
+	}
+	st, pending, err := readSnapshot(r)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := staleSnapshot(index, s.cur.applied); err != nil {
+		return err
+	}
+	st.applied = max(st.applied, index)
+	s.restoreLocked(st, pending)
+	return nil
+}
+
+// staleSnapshot refuses a snapshot at index over a state at applied.
+func staleSnapshot(index, applied uint64) error {
+	if index < applied {
+		return fmt.Errorf("%w: snapshot at index %d, state at %d", ErrStaleSnapshot, index, applied)
+	}
+	return nil
+}
+
+func (s *Store) restoreLocked(st state, pending compactQueue) {
 	// Whatever it held, observers look at every lease again.
 	st.ls.gen = s.cur.ls.gen + 1
 	st.ls.journalBase = st.ls.gen
@@ -156,7 +200,6 @@ func (s *Store) Restore(r io.Reader) error {
 	s.pending = pending
 	s.restoredLocked()
 	s.publishLocked()
-	return nil
 }
 
 func readSnapshot(r io.Reader) (state, compactQueue, error) {

@@ -520,3 +520,49 @@ func TestTxnCompareCreateRevision(t *testing.T) {
 		t.Errorf("after delete and put at %d: create_revision guard still sees %d", c, a)
 	}
 }
+
+// TestRestoreAtRefusesStaleSnapshot: a snapshot raft installs at an index below the
+// applied one changes nothing (ErrStaleSnapshot); one at the applied index or later,
+// into an empty store or over a newer revision (an operator's restore), replaces the
+// state, whose applied index becomes the install index.
+func TestRestoreAtRefusesStaleSnapshot(t *testing.T) {
+	src := NewStore()
+	for i := uint64(1); i <= 5; i++ {
+		src.ApplyCommand(i, txn(put("k", fmt.Sprint(i))))
+	}
+	var old bytes.Buffer
+	if _, err := src.Snapshot().WriteTo(&old); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(6); i <= 9; i++ {
+		src.ApplyCommand(i, txn(put("k", fmt.Sprint(i))))
+	}
+
+	s := NewStore()
+	if err := s.RestoreAt(bytes.NewReader(old.Bytes()), 5); err != nil {
+		t.Fatalf("restore into an empty store: %v", err)
+	}
+	if s.AppliedIndex() != 5 || s.Revision() != 5 {
+		t.Fatalf("after restore: applied %d, revision %d, want 5, 5", s.AppliedIndex(), s.Revision())
+	}
+	for i := uint64(6); i <= 9; i++ {
+		s.ApplyCommand(i, txn(put("k", fmt.Sprint(i))))
+	}
+	h := s.View().Hash()
+	if err := s.RestoreAt(bytes.NewReader(old.Bytes()), 5); !errors.Is(err, ErrStaleSnapshot) {
+		t.Fatalf("snapshot at 5 over state at 9: %v, want ErrStaleSnapshot", err)
+	}
+	if s.View().Hash() != h || s.AppliedIndex() != 9 || s.Revision() != 9 {
+		t.Fatalf("refused restore changed the state: applied %d, revision %d", s.AppliedIndex(), s.Revision())
+	}
+	// An operator's restore: raft installs the old state at a fresh index.
+	if err := s.RestoreAt(bytes.NewReader(old.Bytes()), 12); err != nil {
+		t.Fatalf("snapshot at 12 over state at 9: %v", err)
+	}
+	if s.AppliedIndex() != 12 || s.Revision() != 5 {
+		t.Fatalf("after the operator's restore: applied %d, revision %d, want 12, 5", s.AppliedIndex(), s.Revision())
+	}
+	if err := s.RestoreAt(bytes.NewReader(old.Bytes()), 12); err != nil {
+		t.Fatalf("snapshot at the applied index: %v", err)
+	}
+}

@@ -26,6 +26,9 @@ var (
 	ErrNotSnapshot = errors.New("fsm: not a keel snapshot")
 	// ErrSlowWatcher: a watcher's queue reached its bound; the watch ended (WatchError).
 	ErrSlowWatcher = errors.New("fsm: watcher too slow, its buffer is full")
+	// ErrStaleSnapshot: RestoreAt was given a snapshot older than the state, which it
+	// leaves as it is.
+	ErrStaleSnapshot = errors.New("fsm: snapshot older than the applied state")
 	// ErrWatchRestored: the store was restored from a snapshot; the watch ended.
 	ErrWatchRestored = errors.New("fsm: store restored from a snapshot")
 	// ErrWatchClosed: Next was called on a closed watcher.

@@ -101,7 +101,7 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 		return nil, fmt.Errorf("raft: advertise address %q: %w", advertise, err)
 	}
 	nctx, cancel := context.WithCancel(context.Background())
-	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store), addr: advertise,
+	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store, cfg.Logger.Named("fsm")), addr: advertise,
 		ctx: nctx, cancel: cancel, logFailed: make(chan error, 1)}
 	n.verify.n = n
 	n.reads.fetch = n.forwardReadIndex
@@ -190,7 +190,7 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	if err := n.checkState(existing); err != nil {
 		return err
 	}
-	r, err := hraft.NewRaft(rc, n.fsm, logs, markingStable{StableStore: bolt, m: &n.mark}, snaps, n.trans)
+	r, err := hraft.NewRaft(rc, n.fsm, logs, markingStable{StableStore: bolt, m: &n.mark}, snapshotStore{snaps}, n.trans)
 	if err != nil {
 		return fmt.Errorf("raft: start: %w", err)
 	}

@@ -68,9 +68,10 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader, accept func(clu
 	if err := n.raft.Restore(meta, f, n.cfg.ApplyTimeout); err != nil {
 		return mapRaftErr(err)
 	}
-	// The restored state carries the applied index it was saved at, behind the log;
-	// an empty command brings the state machine's index past the restore, so reads
-	// waiting for the commit index are released at once.
+	// Raft gives the restore a fresh index past its whole log (so fsmAdapter.Restore,
+	// which refuses a snapshot older than the applied state, takes it on every node)
+	// but commits no entry there; an empty command commits one past the restore, so
+	// reads waiting for the commit index are released at once.
 	barrier, _ := fsm.EncodeCommand(&fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{}})
 	if err := n.raft.Apply(barrier, n.cfg.ApplyTimeout).Error(); err != nil {
 		return mapRaftErr(err)
