@@ -65,6 +65,13 @@ var mutations = append([]Mutation{
 	{Name: "raft-failed-store-not-applied", Bug: "an append on a failed log store is answered \"not applied\"",
 		File: "raft/apply.go", Pkg: "./raft/", Run: "FailedAppendOutcome|LeaderLogFailure",
 		Old: "\t\treturn nil, n.mapApplyErr(err)", New: "\t\treturn nil, mapRaftErr(err)"},
+	// Issue #34 item 5: hashicorp/raft installs a snapshot older than the applied state.
+	{Name: "raft-stale-snapshot-installed", Bug: "a replica installs a snapshot older than its applied state and goes back in revision",
+		File: "fsm/snapshot.go", Pkg: "./raft/", Run: "TestStaleSnapshotNotInstalled|TestFSMRefusesStaleSnapshot",
+		Old: "\tif index < applied {\n\t\treturn fmt.Errorf(\"%w: snapshot at index", New: "\tif false && index < applied {\n\t\treturn fmt.Errorf(\"%w: snapshot at index"},
+	{Name: "raft-replayed-entry-applied", Bug: "entries raft hands again after a refused snapshot are applied twice",
+		File: "raft/fsm.go", Pkg: "./raft/", Run: "TestFSMRefusesStaleSnapshot",
+		Old: "\t\tif l.Index <= applied {\n\t\t\tcontinue", New: "\t\tif false && l.Index <= applied {\n\t\t\tcontinue"},
 	// The upgrade test's find: sealed continue tokens before every voter reads them.
 	{Name: "token-sealed-too-early", Bug: "sealed continue tokens are issued while an older voter cannot read them",
 		File: "kv/list.go", Pkg: "./kv/...", Run: "Token",
