@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
@@ -16,6 +17,8 @@ import (
 type fsmAdapter struct {
 	store *fsm.Store
 	log   hclog.Logger
+	// refused counts the stale snapshots refused (tests).
+	refused atomic.Uint64
 
 	mu      sync.Mutex
 	applied chan struct{} // closed and replaced after every apply or restore
@@ -115,6 +118,7 @@ func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
 		err = f.store.Restore(rc)
 	}
 	if errors.Is(err, fsm.ErrStaleSnapshot) {
+		f.refused.Add(1)
 		f.log.Warn("refused to install a snapshot older than the applied state", "snapshot", meta.ID,
 			"index", meta.Index, "term", meta.Term, "applied", f.store.AppliedIndex())
 		return nil

@@ -25,7 +25,8 @@ import (
 //     goes back from S to X, and it serves revisions older than it served before.
 //
 // keel refuses the restore (fsm.Store.RestoreAt, fsmAdapter.Restore): n_a's revision
-// never goes backwards, and once the leader's snapshots pass n_a's log it catches up.
+// never goes backwards, not across a restart either, and once the leader's snapshots
+// pass n_a's log it catches up.
 func TestStaleSnapshotNotInstalled(t *testing.T) {
 	const trailing = 4
 	c, network, ids := newProxiedCluster(t, 3, func(_ int, cfg *Config) {
@@ -123,7 +124,7 @@ func TestStaleSnapshotNotInstalled(t *testing.T) {
 		}
 	}()
 	waitFor(t, 40*time.Second, "the new leader to ship its snapshot (index "+fmt.Sprint(x)+") to n_a", func() bool {
-		return na.Raft().Stats()["last_snapshot_index"] == strconv.FormatUint(x, 10)
+		return na.fsm.refused.Load() > 0 || na.Raft().Stats()["last_snapshot_index"] == strconv.FormatUint(x, 10)
 	})
 	time.Sleep(100 * time.Millisecond)
 	close(stop)
@@ -139,6 +140,16 @@ func TestStaleSnapshotNotInstalled(t *testing.T) {
 		}
 	}
 	t.Logf("n_a refused the snapshot at index %d over its state at %d (revision %d)", x, s, revS)
+
+	// A restart restores n_a's newest snapshot: its own at S. Raft kept the one at X
+	// it received, but orders snapshots by the term and index of their last entry
+	// (file_snapshot.go:539), so X comes after S.
+	na.shutdown()
+	c.restart(a)
+	na = c.nodes[a]
+	if r := na.Store().Revision(); r < revS {
+		t.Fatalf("n_a restarted at revision %d, older than the %d it had applied", r, revS)
+	}
 
 	// The leader's next snapshot passes n_a's uncommitted tail: n_a installs it and
 	// is a replica like any other again.
