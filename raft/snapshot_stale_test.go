@@ -33,6 +33,8 @@ func TestStaleSnapshotNotInstalled(t *testing.T) {
 		cfg.SnapshotThreshold = 1 << 30 // snapshots only when the test takes them
 		cfg.SnapshotInterval = time.Hour
 		cfg.TrailingLogs = trailing
+		// The cut-off leader must append before it notices; leave it time on a busy box.
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 600*time.Millisecond, 600*time.Millisecond, 600*time.Millisecond
 	})
 	a := c.leader()
 	na := c.nodes[a]
@@ -64,7 +66,10 @@ func TestStaleSnapshotNotInstalled(t *testing.T) {
 			}
 		}
 	}
-	x := c.nodes[(a+1)%3].Store().AppliedIndex()
+	x, err := strconv.ParseUint(c.nodes[(a+1)%3].Raft().Stats()["last_snapshot_index"], 10, 64)
+	if err != nil || x == 0 {
+		t.Fatalf("follower snapshot index %d, %v", x, err)
+	}
 	for i := range 20 {
 		put(na, fmt.Sprintf("b%02d", i))
 	}
@@ -87,8 +92,8 @@ func TestStaleSnapshotNotInstalled(t *testing.T) {
 	if err := na.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	if got := na.Raft().Stats()["last_snapshot_index"]; got != strconv.FormatUint(s, 10) {
-		t.Fatalf("cut-off node snapshotted at %s, want %d (its applied index)", got, s)
+	if got, _ := strconv.ParseUint(na.Raft().Stats()["last_snapshot_index"], 10, 64); got < s {
+		t.Fatalf("cut-off node snapshotted at %d, below its applied index %d", got, s)
 	}
 	b := -1
 	waitFor(t, 10*time.Second, "a leader in the majority", func() bool {
