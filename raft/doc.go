@@ -34,6 +34,10 @@
 //     refuses a data dir marked raft-member that holds no state (ErrStateLost) unless
 //     MoveStateAside, after the cluster removed the node, marked it to rejoin; it then
 //     rejoins as a non-voter and is promoted once its log has caught up (rejoin.go).
+//   - A replica's state never goes back to an older Raft index: fsmAdapter.Restore
+//     refuses a snapshot installed below the applied index, which hashicorp/raft
+//     sends and installs (see its doc); only an operator's restore, at a fresh index,
+//     brings back an older revision.
 //
 // Threads. hashicorp/raft's own goroutines, its FSM goroutine among them, which alone
 // calls fsmAdapter.ApplyBatch and Restore. Node runs leaderLoop (follows leadership
