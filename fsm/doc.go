@@ -26,10 +26,10 @@
 //   - Encodings and the snapshot format are written down next to their code and change
 //     only by adding a format version that older readers refuse (ErrUnknownFormat).
 //
-// Threads. Apply, ApplyBatch, ApplyCommand, Restore, RestoreAt and CompactStep are serialized by
-// the store's mutex (raft's FSM goroutine and the Compactor call them); View is one
-// atomic load and never waits. A View stays valid and consistent however long it is
-// held. The Compactor owns one goroutine, from StartCompactor to Close.
+// Threads. Apply, ApplyBatch, ApplyCommand, Restore, RestoreAt and CompactStep are
+// serialized by the store's mutex (raft's FSM goroutine and the Compactor call them);
+// View is one atomic load and never waits. A View stays valid and consistent however
+// long it is held. The Compactor owns one goroutine, from StartCompactor to Close.
 //
 // # etcd's KV API
 //
