@@ -1,6 +1,8 @@
 package raft
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -172,6 +174,42 @@ func TestStaleSnapshotNotInstalled(t *testing.T) {
 	for _, k := range keys {
 		if _, err := v.Get([]byte(k), 0); err != nil {
 			t.Fatalf("n_a lost acknowledged write %s after catching up: %v", k, err)
+		}
+	}
+}
+
+// TestOperatorRestoreNotRefused: an operator's restore (RestoreSnapshot) brings back an
+// older revision on purpose, and every node installs it: raft gives it an index past
+// the whole log, so the refusal of older snapshots never applies to it.
+func TestOperatorRestoreNotRefused(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	ctx := context.Background()
+	mustPut(t, c.nodes[lead], "a", "1")
+	var saved bytes.Buffer
+	if _, _, err := c.nodes[lead].SaveSnapshot(ctx, &saved); err != nil {
+		t.Fatal(err)
+	}
+	savedRev := c.nodes[lead].Store().Revision()
+	mustPut(t, c.nodes[lead], "a", "2")
+	mustPut(t, c.nodes[lead], "b", "x")
+	before := c.nodes[lead].Store().AppliedIndex()
+	if err := c.nodes[lead].RestoreSnapshot(ctx, bytes.NewReader(saved.Bytes()), nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range c.nodes {
+		waitFor(t, 10*time.Second, fmt.Sprintf("n%d to serve the restored state", i+1), func() bool {
+			v := n.Store().View()
+			kv, err := v.Get([]byte("a"), 0)
+			_, berr := v.Get([]byte("b"), 0)
+			return err == nil && string(kv.Value) == "1" && berr != nil
+		})
+		if r, idx := n.Store().Revision(), n.Store().AppliedIndex(); r != savedRev || idx <= before {
+			t.Errorf("n%d: revision %d, applied index %d; want the saved revision %d at an index past %d",
+				i+1, r, idx, savedRev, before)
+		}
+		if got := n.fsm.refused.Load(); got != 0 {
+			t.Errorf("n%d refused %d snapshots", i+1, got)
 		}
 	}
 }
