@@ -26,7 +26,7 @@ import (
 const (
 	// FailFastGrace: how long after the cut probing starts. A node notices the cut
 	// within its heartbeat timeout (1s by default; a cut-off leader steps down within
-	// its 500ms lease), so requests from then on must be refused promptly.
+	// its 1s lease), so requests from then on must be refused promptly.
 	FailFastGrace = 2 * time.Second
 	// FailFastLimit bounds how long a probe may take to be refused: the node's wait
 	// for a leader (500ms by default) plus generous slack for a loaded machine.

@@ -22,7 +22,7 @@ import (
 // as leader, its writes in flight fail (outcome unknown: ErrTimeout), and from then on
 // it is a follower with no contact.
 //
-// With the defaults (HeartbeatTimeout 1s, LeaderLeaseTimeout 500ms, LeaderWait 500ms)
+// With the defaults (HeartbeatTimeout 1s, LeaderLeaseTimeout 1s, LeaderWait 500ms)
 // an isolated node refuses a request within LeaderWait of its arrival once the first
 // second of the partition has passed.
 

@@ -29,7 +29,7 @@ import (
 func main() {
 	log.SetFlags(log.Ltime)
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen compare|report|readme [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen compare|report|readme|starve [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -40,8 +40,10 @@ func main() {
 		err = reportCmd(os.Args[2:])
 	case "readme":
 		err = readmeCmd(os.Args[2:])
+	case "starve":
+		err = starveCmd(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, report or readme)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want compare, report, readme or starve)", os.Args[1])
 	}
 	if err != nil {
 		log.Fatal(err)
