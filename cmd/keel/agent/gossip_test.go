@@ -32,7 +32,7 @@ func newGossipConfig(t *testing.T, dir, id string, expect int) Config {
 	cfg.BootstrapExpect = expect
 	cfg.Raft.HeartbeatTimeout = 300 * time.Millisecond
 	cfg.Raft.ElectionTimeout = 300 * time.Millisecond
-	cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
+	cfg.Raft.LeaderLeaseTimeout = 300 * time.Millisecond // = the heartbeat timeout, as by default
 	cfg.Autopilot = AutopilotConfig{ServerStabilizationTime: time.Second, DeadServerThreshold: 2 * time.Second,
 		MinQuorum: 3, MaxTrailingLogs: 64, Interval: 200 * time.Millisecond}
 	return cfg

@@ -49,7 +49,7 @@ func TestMigrateAfterRollingUpgrade(t *testing.T) {
 		})
 	}
 	for i := range n {
-		if code := putCode(c.agents[i%3], fmt.Sprintf("/apis/apps/v1/widgets/w-%d", i), fmt.Sprintf(`{"spec":{"size":%d}}`, i)); code != http.StatusCreated {
+		if code := putCodeThroughElections(t, c.agents[i%3], fmt.Sprintf("/apis/apps/v1/widgets/w-%d", i), fmt.Sprintf(`{"spec":{"size":%d}}`, i)); code != http.StatusCreated && code != http.StatusOK {
 			t.Fatalf("put w-%d = %d", i, code)
 		}
 	}
