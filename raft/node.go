@@ -132,6 +132,9 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 
 func (n *Node) start(ctx context.Context, dir string) error {
 	cfg := n.cfg
+	if err := checkStableStorePresent(dir); err != nil {
+		return err
+	}
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	if err != nil {
 		return fmt.Errorf("raft: open log store: %w", err)
@@ -155,10 +158,18 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	snaps, err := hraft.NewFileSnapshotStoreWithLogger(dir, 2, n.log.Named("snapshot"))
+	files, err := hraft.NewFileSnapshotStoreWithLogger(dir, 2, n.log.Named("snapshot"))
 	if err != nil {
 		return fmt.Errorf("raft: snapshot store: %w", err)
 	}
+	// Part of the state lost (statecheck.go) refuses here, before raft starts on it.
+	if err := checkStateParts(dir, bolt, w, files); err != nil {
+		return err
+	}
+	if err := markLogInWAL(bolt); err != nil {
+		return err
+	}
+	snaps := recordingSnapshots{SnapshotStore: files, bolt: bolt}
 	// MaxRPCsInFlight 1 turns pipelined replication off. Pipelining deadlocks a
 	// follower's replication when the follower rejects an append (a full disk, say):
 	// the leader keeps sending heartbeats but never another entry, so the follower never

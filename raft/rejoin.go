@@ -36,9 +36,10 @@ const (
 	rejoinFile = "raft-rejoin"
 )
 
-// ErrStateLost: the data dir has held Raft state and holds none now, and the node was
-// not rebuilt (MoveStateAside): it may have acknowledged entries it no longer has.
-var ErrStateLost = errors.New("raft: this data dir has held raft state of a cluster and holds none now")
+// ErrStateLost: the data dir has held Raft state and lost it, all of it or a part (the
+// log, the stable store, a snapshot: statecheck.go), and the node was not rebuilt
+// (MoveStateAside): it may have acknowledged entries, or cast a vote, it no longer has.
+var ErrStateLost = errors.New("raft: this data dir has lost raft state it held")
 
 // RejoinRecord is the content of raft-rejoin (JSON).
 type RejoinRecord struct {
@@ -228,7 +229,7 @@ func (n *Node) checkState(existing bool) error {
 		return n.mark.mark()
 	}
 	if n.rejoin == nil && n.mark.exists() {
-		return fmt.Errorf("%w (%s exists; %s holds none): it may have acknowledged entries it no longer has, "+
+		return fmt.Errorf("%w: all of it (%s exists; %s holds none): it may have acknowledged entries it no longer has, "+
 			"and the cluster may still count it as a voter; rebuild it from its peers (keel rebuild)",
 			ErrStateLost, filepath.Join(n.cfg.DataDir, memberFile), filepath.Join(n.cfg.DataDir, "raft"))
 	}
