@@ -28,8 +28,9 @@ import (
 //	                                             is promoted once caught up
 //
 // The order is what keeps it safe: the cluster stops counting the node as a voter
-// before it runs with an empty log. A data dir that lost its Raft state without the
-// rebuild does not start either (raft.ErrStateLost).
+// before it runs with an empty log. A data dir that lost its Raft state, or one part
+// of it (the log, raft.db, a snapshot), without the rebuild does not start either
+// (raft.ErrStateLost).
 
 // RebuildPeer is what Rebuild needs of a live member's API (*client.Client has it).
 type RebuildPeer interface {
@@ -121,7 +122,8 @@ func withRebuildAdvice(dataDir string, err error) error {
 			"entries it may have acknowledged are lost here, so it must not vote or serve. Nothing was changed on disk.\n" +
 			raft.DescribeState(dataDir)
 	case errors.Is(err, raft.ErrStateLost):
-		what = "This node's Raft state is gone, yet the cluster may still count it as a voter: it must not vote or serve.\n"
+		what = "This node has lost Raft state it held (what is missing is said above), yet the cluster may still count it\n" +
+			"as a voter: it must not vote or serve.\n"
 	default:
 		return err
 	}

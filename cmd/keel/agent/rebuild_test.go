@@ -185,26 +185,63 @@ func watchNoEmptyVoter(t *testing.T, leader *Agent, id string, acked uint64, reb
 	}
 }
 
-// TestStartRefusesLostRaftState: a data dir that held Raft state and lost it without a
-// rebuild (moved away by hand) does not start, whatever its flags: the cluster may still
-// count it as a voter.
+// TestStartRefusesLostRaftState: a data dir that held Raft state and lost it, all of
+// it or one part (issue #34: the log, the stable store), without a rebuild does not
+// start, whatever its flags: the cluster may still count it as a voter. The error says
+// what is missing and gives the keel rebuild command; rebuilt, the node is a voter
+// again with every write.
 func TestStartRefusesLostRaftState(t *testing.T) {
-	c := newTestCluster(t, 3)
-	victim := (c.leader() + 1) % 3
-	dir := c.cfgs[victim].DataDir
-	c.stop(victim)
-	if err := os.Rename(filepath.Join(dir, "raft"), filepath.Join(dir, "raft.old")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.cfgs[victim] // still with -join
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := Start(ctx, cfg)
-	if err == nil {
-		a.Close(ctx)
-		t.Fatal("a node that lost its raft state started")
-	}
-	if !errors.Is(err, raft.ErrStateLost) || !strings.Contains(err.Error(), "keel rebuild -data-dir "+dir) {
-		t.Fatalf("start: %v, want raft.ErrStateLost and the rebuild command", err)
+	for _, tc := range []struct{ name, remove, say string }{
+		{"all", "raft", "all of it"},
+		{"log", filepath.Join("raft", "wal"), "the log (DIR/raft/wal) is missing"},
+		{"stable-store", filepath.Join("raft", "raft.db"), "the stable store (DIR/raft/raft.db: term and vote) is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCluster(t, 3)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			lead := c.leader()
+			if _, err := c.client(lead).Put(ctx, "before", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			c.waitConverged()
+			victim := (lead + 1) % 3
+			dir := c.cfgs[victim].DataDir
+			c.stop(victim)
+			if err := os.Rename(filepath.Join(dir, tc.remove), filepath.Join(dir, "lost")); err != nil {
+				t.Fatal(err)
+			}
+			cfg := c.cfgs[victim] // still with -join
+			a, err := Start(ctx, cfg)
+			if err == nil {
+				a.Close(ctx)
+				t.Fatal("a node that lost raft state started")
+			}
+			say := strings.ReplaceAll(tc.say, "DIR", dir)
+			if !errors.Is(err, raft.ErrStateLost) || !strings.Contains(err.Error(), "keel rebuild -data-dir "+dir) ||
+				!strings.Contains(err.Error(), say) {
+				t.Fatalf("start: %v\nwant raft.ErrStateLost, %q and the rebuild command", err, say)
+			}
+			if tc.name == "all" {
+				return
+			}
+			if _, err := Rebuild(ctx, dir, c.client(lead), time.Now()); err != nil {
+				t.Fatalf("rebuild: %v", err)
+			}
+			c.cfgs[victim].Raft.Join = nil
+			c.start(victim)
+			waitFor(t, "rebuilt node a voter again", 30*time.Second, func() error {
+				voter, in := suffrageOf(t, c.agents[c.leader()], c.agents[victim].NodeID())
+				if !in || !voter || c.agents[victim].Node().Rejoining() {
+					return fmt.Errorf("in configuration %t, voter %t", in, voter)
+				}
+				return nil
+			})
+			c.waitConverged()
+			got, err := c.client(victim).Get(ctx, "before", client.WithSerializable())
+			if err != nil || string(got.Value) != "x" {
+				t.Fatalf("on the rebuilt node before = %v, %v", got, err)
+			}
+		})
 	}
 }
