@@ -77,6 +77,10 @@ type Cluster interface {
 	// checks that it then refuses to start; heal rebuilds it from its peers (`keel
 	// rebuild`), restarts it and waits until it is a voter again.
 	CorruptLog(ctx context.Context, id string) (heal func() error, err error)
+	// LoseState kills the node, deletes one part of its Raft state (part: "wal" or
+	// "raft.db"), and checks that it then refuses to start naming that part; heal
+	// rebuilds it as CorruptLog's does.
+	LoseState(ctx context.Context, id, part string) (heal func() error, err error)
 	// Supports says whether the backend can inject the fault kind.
 	Supports(k FaultKind) bool
 	// Crashed lists nodes whose process exited without the harness stopping it.

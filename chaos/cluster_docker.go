@@ -506,6 +506,11 @@ func (c *DockerCluster) CorruptLog(context.Context, string) (func() error, error
 	return nil, ErrUnsupported
 }
 
+// LoseState implements Cluster: not on containers.
+func (c *DockerCluster) LoseState(context.Context, string, string) (func() error, error) {
+	return nil, ErrUnsupported
+}
+
 // Supports implements Cluster.
 func (c *DockerCluster) Supports(k FaultKind) bool {
 	switch k {

@@ -1,7 +1,8 @@
 package chaos
 
-// The corrupt-log fault of the process backend: a follower's Raft log is damaged while
-// it is down, and it comes back only through `keel rebuild`.
+// The corrupt-log and lose-raft-state faults of the process backend: a follower's Raft
+// log is damaged, or one part of its Raft state deleted, while it is down, and it comes
+// back only through `keel rebuild`.
 
 import (
 	"context"
@@ -33,7 +34,7 @@ func (c *ProcCluster) CorruptLog(ctx context.Context, id string) (func() error, 
 		return nil, fmt.Errorf("corrupt the log of %s: %w", id, err)
 	}
 	c.cfg.Logf("corrupt-log: %s: flipped a byte of %s at offset %d", id, seg, off)
-	if err := c.startRefused(ctx, n); err != nil {
+	if err := c.startRefused(ctx, n, "damaged raft log", "seg-"); err != nil {
 		return nil, err
 	}
 	return func() error { return c.rebuild(ctx, n) }, nil
@@ -59,9 +60,42 @@ func flipMidLastSegment(dataDir string) (string, int, error) {
 	return path, off, os.WriteFile(path, b, 0o600)
 }
 
-// startRefused starts the node on its damaged log and waits for it to exit naming the
-// rebuild; an exit is expected, so it does not count as a crash.
-func (c *ProcCluster) startRefused(ctx context.Context, n *procNode) error {
+// LoseState implements Cluster: kill the node, delete raft/wal/ or raft/raft.db of its
+// data dir (issue #34: one part of the Raft state), and check that a start refuses,
+// naming the part and `keel rebuild`. heal is CorruptLog's: keel rebuild, start as
+// before, wait for every member to be a voter.
+func (c *ProcCluster) LoseState(ctx context.Context, id, part string) (func() error, error) {
+	var say string
+	switch part {
+	case "wal":
+		say = filepath.Join("raft", "wal") + ") is missing" // "the log (<data dir>/raft/wal) is missing"
+	case "raft.db":
+		say = filepath.Join("raft", "raft.db") + ": term and vote) is missing"
+	default:
+		return nil, fmt.Errorf("lose-raft-state: unknown part %q (wal or raft.db)", part)
+	}
+	n := c.node(id)
+	if err := c.Kill(id); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(n.dataDir, "raft", part)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("lose-raft-state: %w", err)
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return nil, fmt.Errorf("lose-raft-state: %w", err)
+	}
+	c.cfg.Logf("lose-raft-state: %s: deleted %s", id, path)
+	if err := c.startRefused(ctx, n, "raft/"+part+" deleted", say); err != nil {
+		return nil, err
+	}
+	return func() error { return c.rebuild(ctx, n) }, nil
+}
+
+// startRefused starts the node on its damaged or partly lost state (what) and waits
+// for it to exit naming the rebuild and say; an exit is expected, so it does not count
+// as a crash.
+func (c *ProcCluster) startRefused(ctx context.Context, n *procNode, what, say string) error {
 	before := fileSize(n.logPath)
 	c.mu.Lock()
 	crashed := n.crashed
@@ -77,7 +111,7 @@ func (c *ProcCluster) startRefused(ctx context.Context, n *procNode) error {
 	case <-exited:
 	case <-time.After(30 * time.Second):
 		c.Kill(n.id)
-		return fmt.Errorf("%s started on a damaged raft log (still running after 30s)", n.id)
+		return fmt.Errorf("%s started with %s (still running after 30s)", n.id, what)
 	case <-ctx.Done():
 		c.Kill(n.id)
 		return ctx.Err()
@@ -86,8 +120,10 @@ func (c *ProcCluster) startRefused(ctx context.Context, n *procNode) error {
 	n.crashed = crashed
 	exitErr := n.exitErr
 	c.mu.Unlock()
-	if exitErr == nil || !logSince(n.logPath, before, rebuildAdvice) {
-		return fmt.Errorf("%s on a damaged raft log: exit %v, without %q in its log", n.id, exitErr, rebuildAdvice)
+	for _, s := range []string{rebuildAdvice, say} {
+		if exitErr == nil || !logSince(n.logPath, before, s) {
+			return fmt.Errorf("%s with %s: exit %v, without %q in its log", n.id, what, exitErr, s)
+		}
 	}
 	return nil
 }
@@ -115,7 +151,7 @@ func (c *ProcCluster) rebuild(ctx context.Context, n *procNode) error {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(rctx, c.cfg.Bin, args...).CombinedOutput()
-	c.cfg.Logf("corrupt-log: %s: keel %s: %s", n.id, strings.Join(args[:3], " "), strings.TrimSpace(string(out)))
+	c.cfg.Logf("rebuild: %s: keel %s: %s", n.id, strings.Join(args[:3], " "), strings.TrimSpace(string(out)))
 	if err != nil {
 		return fmt.Errorf("keel rebuild of %s: %v: %s", n.id, err, out)
 	}

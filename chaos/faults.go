@@ -229,6 +229,9 @@ func (r *FaultRunner) inject(ctx context.Context, st Step) (string, func() error
 	case FaultCorruptLog:
 		heal, err := r.c.CorruptLog(ctx, id)
 		return "corrupt the raft log of " + who + " while it is down; rebuild it from its peers", heal, err
+	case FaultLoseState:
+		heal, err := r.c.LoseState(ctx, id, st.Part)
+		return fmt.Sprintf("delete raft/%s of %s while it is down; rebuild it from its peers", st.Part, who), heal, err
 	case FaultAdd, FaultRemove, FaultReplace:
 		desc, err := r.changeMembership(ctx, st.Kind, id)
 		return desc, nil, err

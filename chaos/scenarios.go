@@ -99,6 +99,14 @@ func Scenarios() []Scenario {
 			Faults: []FaultSpec{{Kind: FaultCorruptLog, Target: TargetFollower, HoldMin: 2 * s, HoldMax: 3 * s, GapMin: 3 * s, GapMax: 4 * s, Max: 2}},
 		},
 		{
+			Name: "lose-raft-state", Nodes: 3, Window: 20 * s, Backends: proc,
+			Proves: "a follower that lost one part of its Raft state while it was down (raft/wal, or raft.db with its term and vote) refuses to start naming the part and keel rebuild; rebuilt from its peers it is a voter again; nothing acknowledged is lost",
+			Faults: []FaultSpec{
+				{Kind: FaultLoseState, Target: TargetFollower, Part: "wal", HoldMin: 2 * s, HoldMax: 3 * s, GapMin: 3 * s, GapMax: 4 * s, Max: 1},
+				{Kind: FaultLoseState, Target: TargetFollower, Part: "raft.db", HoldMin: 2 * s, HoldMax: 3 * s, GapMin: 3 * s, GapMax: 4 * s, Max: 1},
+			},
+		},
+		{
 			Name: "mixed", Nodes: 5, Window: 30 * s, Backends: proc,
 			Proves: "a random mix of crashes, pauses, partitions and one-way links on 5 nodes (Jepsen's combined nemesis)",
 			Faults: []FaultSpec{

@@ -27,6 +27,10 @@ const (
 	// FaultCorruptLog kills the target, damages its Raft log (not a torn write), checks
 	// that it refuses to start, then rebuilds it with `keel rebuild` and restarts it.
 	FaultCorruptLog FaultKind = "corrupt-log"
+	// FaultLoseState kills the target, deletes one part of its Raft state (Part: the
+	// WAL or raft.db), checks that it refuses to start, then rebuilds it as
+	// FaultCorruptLog does.
+	FaultLoseState FaultKind = "lose-raft-state"
 )
 
 // Target says which node a fault hits; it is resolved when the fault fires.
@@ -54,6 +58,7 @@ type Step struct {
 	Jitter   time.Duration // FaultDelay
 	DropRate float64       // FaultDrop: probability per forwarded chunk
 	LogFault string        // FaultLogIO: which operations fail, "sync" or "write"
+	Part     string        // FaultLoseState: what is deleted, "wal" or "raft.db"
 }
 
 func (s Step) String() string {
@@ -71,6 +76,9 @@ func (s Step) String() string {
 	}
 	if s.LogFault != "" {
 		fmt.Fprintf(&b, " fail=%s", s.LogFault)
+	}
+	if s.Part != "" {
+		fmt.Fprintf(&b, " part=%s", s.Part)
 	}
 	return b.String()
 }
@@ -110,6 +118,7 @@ type FaultSpec struct {
 	Delay, Jitter    time.Duration
 	DropRate         float64
 	LogFault         string // FaultLogIO: "sync" (fdatasync fails) or "write" (writes fail, torn)
+	Part             string // FaultLoseState: "wal" (raft/wal/) or "raft.db" (raft/raft.db)
 	Max              int    // at most this many steps of this spec (0 = no limit)
 }
 
@@ -138,7 +147,7 @@ func NewSchedule(seed int64, window time.Duration, specs ...FaultSpec) Schedule 
 		at += gap
 		sch.Steps = append(sch.Steps, Step{
 			At: at, Kind: spec.Kind, Target: spec.Target, Hold: hold, Seed: rng.Int63(), Spec: si,
-			Delay: spec.Delay, Jitter: spec.Jitter, DropRate: spec.DropRate, LogFault: spec.LogFault,
+			Delay: spec.Delay, Jitter: spec.Jitter, DropRate: spec.DropRate, LogFault: spec.LogFault, Part: spec.Part,
 		})
 		counts[si]++
 		at += hold
