@@ -85,8 +85,11 @@ func TestOpenRefusesLostStableStore(t *testing.T) {
 	if err := os.Remove(filepath.Join(raftDir, "raft.db")); err != nil {
 		t.Fatal(err)
 	}
-	openRefused(t, c.cfgs[victim], filepath.Join(raftDir, "raft.db"))
-	openRefused(t, c.cfgs[victim], filepath.Join(raftDir, "raft.db"))
+	openRefused(t, c.cfgs[victim], filepath.Join(raftDir, "raft.db")+": term and vote) is missing")
+	if _, err := os.Stat(filepath.Join(raftDir, "raft.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused open created a raft.db: %v", err)
+	}
+	openRefused(t, c.cfgs[victim], filepath.Join(raftDir, "raft.db")+": term and vote) is missing")
 }
 
 // TestOpenRefusesStableStoreBehindLog: a raft.db that records a term older than the
