@@ -18,8 +18,8 @@ import (
 // rebuilt from its peers (keel rebuild). A lost part is told from a legitimate state
 // by what the other parts record:
 //
-//	raft.db missing        while wal/ or a snapshot exists: raft.db is created first
-//	                       (before wal/ and snapshots/) and never removed
+//	raft.db missing        while wal/ or snapshots/ exists: every release creates
+//	                       raft.db first (before wal/ and snapshots/), never removes it
 //	raft.db behind         its term is older than the log's last entry or the newest
 //	                       snapshot: raft stores a term before any entry or snapshot
 //	                       of it, so this raft.db is not the one the log was written with
@@ -75,7 +75,10 @@ func checkStableStorePresent(dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, walDir)); err == nil {
 		other = append(other, filepath.Join(dir, walDir))
 	}
-	if snaps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json")); len(snaps) > 0 {
+	// Every release creates snapshots/ (empty until the first snapshot) after raft.db:
+	// it tells a lost raft.db also in a data dir that lost its WAL too, and in one of a
+	// release before raft-member, which has nothing else to tell it by.
+	if _, err := os.Stat(filepath.Join(dir, "snapshots")); err == nil {
 		other = append(other, filepath.Join(dir, "snapshots"))
 	}
 	if len(other) == 0 {

@@ -90,6 +90,12 @@ func TestOpenRefusesLostStableStore(t *testing.T) {
 		t.Errorf("the refused open created a raft.db: %v", err)
 	}
 	openRefused(t, c.cfgs[victim], filepath.Join(raftDir, "raft.db")+": term and vote) is missing")
+
+	// The WAL lost too: snapshots/ (here empty), created after raft.db, still tells.
+	if err := os.RemoveAll(filepath.Join(raftDir, walDir)); err != nil {
+		t.Fatal(err)
+	}
+	openRefused(t, c.cfgs[victim], filepath.Join(raftDir, "raft.db")+": term and vote) is missing")
 }
 
 // TestOpenRefusesStableStoreBehindLog: a raft.db that records a term older than the
