@@ -31,9 +31,11 @@
 //     acknowledged after a write that may not be on disk.
 //   - Open unwinds a partial start through shutdown, the path Close takes.
 //   - A node never runs as a voter without Raft state it may have acknowledged: Open
-//     refuses a data dir marked raft-member that holds no state (ErrStateLost) unless
-//     MoveStateAside, after the cluster removed the node, marked it to rejoin; it then
-//     rejoins as a non-voter and is promoted once its log has caught up (rejoin.go).
+//     refuses a data dir marked raft-member that holds no state, and one that lost a
+//     part of it — the log, raft.db, a snapshot the log relies on (statecheck.go) —
+//     (ErrStateLost) unless MoveStateAside, after the cluster removed the node, marked
+//     it to rejoin; it then rejoins as a non-voter and is promoted once its log has
+//     caught up (rejoin.go).
 //   - A replica's state never goes back to an older Raft index: fsmAdapter.Restore
 //     refuses a snapshot installed below the applied index, which hashicorp/raft
 //     sends and installs (see its doc); only an operator's restore, at a fresh index,

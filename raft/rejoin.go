@@ -27,7 +27,8 @@ import (
 //
 // Open refuses to start with no Raft state when raft-member exists and raft-rejoin
 // does not (ErrStateLost): the state was lost or removed by hand, and the cluster may
-// still count this node as a voter. With raft-rejoin it starts empty, asks the peers
+// still count this node as a voter. It refuses a data dir that lost a part of its
+// state the same way (statecheck.go). With raft-rejoin it starts empty, asks the peers
 // to add it as a non-voter, catches up (a snapshot, then the log), asks to be promoted
 // once it has applied the leader's commit index, and removes raft-rejoin once it is a
 // voter again.
