@@ -16,9 +16,10 @@ func newRebuildCmd() *cobra.Command {
 	var dataDir string
 	cmd := &cobra.Command{
 		Use:   "rebuild -data-dir DIR -addr LIVE-MEMBER",
-		Short: "Rebuild a stopped node whose Raft log is damaged from its peers",
-		Long: `Rebuild a stopped node whose Raft log is damaged (its agent refuses to start and
-says so) from its peers. Through the live member at -addr the cluster removes the node
+		Short: "Rebuild a stopped node whose Raft state is damaged or lost from its peers",
+		Long: `Rebuild a stopped node whose Raft log is damaged, or whose Raft state is lost in
+whole or in part (the log, raft.db, a snapshot; its agent refuses to start and says
+so), from its peers. Through the live member at -addr the cluster removes the node
 from the Raft configuration; once that is committed, the node's Raft state moves to
 DIR/damaged-<time>/ (kept, never deleted) and DIR is marked to rejoin. Then start the
 agent as before: it rejoins as a non-voter, catches up from a snapshot and the log, and
