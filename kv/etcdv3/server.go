@@ -58,6 +58,10 @@ type Server struct {
 	closed  bool
 	streams sync.WaitGroup
 	stop    chan struct{} // closed by Stop: ends watch and keepalive streams
+	// stopping is cancelled by Stop, with stop: a stream ends on it with
+	// context.AfterFunc, which holds no goroutine while the stream lives.
+	stopping    context.Context
+	stopStreams context.CancelFunc
 }
 
 // New returns the etcd door of s. It serves TLS when s does (with the same
@@ -65,6 +69,7 @@ type Server struct {
 // keel token as the "token" metadata (or gets it from Authenticate).
 func New(core *kv.Server) *Server {
 	e := &Server{core: core, health: health.NewServer(), stop: make(chan struct{})}
+	e.stopping, e.stopStreams = context.WithCancel(context.Background())
 	cfg := core.Config()
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
@@ -125,6 +130,7 @@ func (e *Server) Stop(ctx context.Context) {
 	if !e.closed {
 		e.closed = true
 		close(e.stop)
+		e.stopStreams()
 	}
 	e.mu.Unlock()
 	e.health.Shutdown()

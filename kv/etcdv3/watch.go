@@ -61,14 +61,18 @@ type etcdWatchStream struct {
 	watches map[int64]*etcdWatcher // by watch ID: reserved, live, and ending watches
 	nextID  int64
 	closed  bool           // the pump has closed every watch: a watch started now is closed at once
-	wg      sync.WaitGroup // the pump and progress answers
+	wg      sync.WaitGroup // the pump
 
 	// readyMu guards ready; Notify takes it (from the dispatcher or Close), so it is
 	// never held while calling into a watcher.
-	readyMu  sync.Mutex
-	ready    []*etcdWatcher
-	wake     chan struct{}   // cap 1: ready is not empty
-	progress chan chan int64 // a RequestProgress asks the pump for the revision every watch reached
+	readyMu sync.Mutex
+	ready   []*etcdWatcher
+	wake    chan struct{} // cap 1: ready is not empty
+	// progressAsked (cap 1) holds the stream's one outstanding RequestProgress: a
+	// request while one is outstanding is coalesced into it, as etcd's are, so that
+	// nothing a client sends queues without bound (issue #33: a goroutine per request,
+	// each blocked on its send, let one stream hold 300,000 goroutines).
+	progressAsked chan struct{}
 }
 
 // etcdWatcher is one watch of a stream. Its options are set before it is started and
@@ -106,15 +110,10 @@ func (x etcdWatch) Watch(stream pb.Watch_WatchServer) error {
 			defer stop()
 		}
 	}
-	go func() {
-		select {
-		case <-x.e.stop:
-			cancel(raft.ErrShutdown)
-		case <-ctx.Done():
-		}
-	}()
+	stopped := context.AfterFunc(x.e.stopping, func() { cancel(raft.ErrShutdown) })
+	defer stopped()
 	ws := &etcdWatchStream{e: x.e, stream: stream, ctx: ctx, watches: map[int64]*etcdWatcher{},
-		wake: make(chan struct{}, 1), progress: make(chan chan int64)}
+		wake: make(chan struct{}, 1), progressAsked: make(chan struct{}, 1)}
 	ws.wg.Add(1)
 	go ws.pump()
 	recvDone := make(chan error, 1)
@@ -150,12 +149,7 @@ func (ws *etcdWatchStream) recvLoop() error {
 		case *pb.WatchRequest_CancelRequest:
 			ws.cancelWatch(r.CancelRequest.WatchId)
 		case *pb.WatchRequest_ProgressRequest:
-			ws.mu.Lock()
-			if !ws.closed { // once closed, the handler may be waiting on wg
-				ws.wg.Add(1)
-				go func() { defer ws.wg.Done(); ws.requestProgress() }()
-			}
-			ws.mu.Unlock()
+			ws.askProgress()
 		}
 	}
 }
@@ -341,6 +335,7 @@ func (ws *etcdWatchStream) pump() {
 	tick := time.NewTicker(ws.e.progressNotifyInterval())
 	defer tick.Stop()
 	var batch []*etcdWatcher
+	var progress progressAnswer
 	for {
 		select {
 		case <-ws.ctx.Done():
@@ -356,8 +351,11 @@ func (ws *etcdWatchStream) pump() {
 				ws.serve(w)
 			}
 			clear(batch)
-		case reply := <-ws.progress:
-			reply <- ws.progressOnce()
+		case <-ws.progressAsked:
+			progress.tries = progressTries
+			ws.answerProgress(&progress)
+		case <-progress.retry:
+			ws.answerProgress(&progress)
 		case <-tick.C:
 			ws.progressNotify()
 		}
@@ -520,27 +518,43 @@ func (ws *etcdWatchStream) closeWatches() {
 	}
 }
 
-// requestProgress answers a RequestProgress: once every watch of the stream has sent
-// every event up to some revision, one answer (watch ID -1) with the least of them.
-// A watch with events still queued is asked again, for at most two seconds; then the
-// request goes unanswered, as etcd's does while watches are unsynced.
-func (ws *etcdWatchStream) requestProgress() {
-	for range 40 {
-		reply := make(chan int64, 1)
-		select {
-		case ws.progress <- reply:
-		case <-ws.ctx.Done():
-			return
-		}
-		if rev := <-reply; rev >= 0 {
-			ws.send(&pb.WatchResponse{Header: ws.e.header(rev), WatchId: -1})
-			return
-		}
-		select {
-		case <-ws.ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+// askProgress asks the pump to answer a RequestProgress, unless one is outstanding:
+// its answer serves this one too (recvLoop; it never blocks).
+func (ws *etcdWatchStream) askProgress() {
+	select {
+	case ws.progressAsked <- struct{}{}:
+	default:
+	}
+}
+
+// progressTries bounds the attempts to answer one RequestProgress, progressRetry
+// apart: two seconds.
+const (
+	progressTries = 40
+	progressRetry = 50 * time.Millisecond
+)
+
+// progressAnswer is the pump's outstanding RequestProgress: tries left, and the timer
+// of the next (nil: none outstanding).
+type progressAnswer struct {
+	tries int
+	retry <-chan time.Time
+}
+
+// answerProgress answers the outstanding RequestProgress: once every watch of the
+// stream has sent every event up to some revision, one answer (watch ID -1) with the
+// least of them. While a watch has events still queued it tries again progressRetry
+// later, at most progressTries times; then the request goes unanswered, as etcd's does
+// while watches are unsynced (pump).
+func (ws *etcdWatchStream) answerProgress(p *progressAnswer) {
+	p.retry = nil
+	if rev := ws.progressOnce(); rev >= 0 {
+		p.tries = 0
+		ws.send(&pb.WatchResponse{Header: ws.e.header(rev), WatchId: -1})
+		return
+	}
+	if p.tries--; p.tries > 0 {
+		p.retry = time.After(progressRetry)
 	}
 }
 
