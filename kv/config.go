@@ -56,7 +56,10 @@ type Config struct {
 	// more is answered 429 TooManyConnections and closed (connlimits.go).
 	MaxConns int
 	// MaxConnsPerClient bounds the client connections open at once from one source IP
-	// address (0 = no bound but MaxConns), so one client cannot take every slot.
+	// address (0 = no bound but MaxConns), so one client cannot take every slot. A
+	// stream multiplexed on a connection (the etcd door's Watch, LeaseKeepAlive,
+	// RangeStream, Snapshot and gRPC health Watch) counts against it as a connection
+	// does (Server.OpenStream): one more is refused with 429 TooManyConnections.
 	MaxConnsPerClient int
 	// MaxInFlight bounds the requests running at once (HTTP, and each request of
 	// every stream; not watches or health checks): 429 TooManyRequests above it.
@@ -65,7 +68,9 @@ type Config struct {
 	// address (0 = no bound but MaxInFlight).
 	MaxInFlightPerClient int
 	// MaxStreamInFlight bounds the requests in flight on one stream connection: the
-	// server stops reading it until one finishes (backpressure).
+	// server stops reading it until one finishes (backpressure). It bounds the calls
+	// open at once on one etcd door connection alike (HTTP/2's
+	// SETTINGS_MAX_CONCURRENT_STREAMS): the client waits to open one more.
 	MaxStreamInFlight int
 	// MaxStreamWatches bounds the watches one stream-protocol connection carries at
 	// once (0 = no bound but MaxWatches): a watch above it is refused with a 429.

@@ -19,6 +19,15 @@ import (
 //     included); one more is answered 429 TooManyConnections and closed. The source
 //     is the address, not a client certificate: the limit is applied at accept,
 //     before any TLS handshake.
+//   - streams: a long-lived stream multiplexed on a connection (the etcd door's
+//     Watch, LeaseKeepAlive, RangeStream, Snapshot and gRPC health Watch) counts
+//     against the same per-client budget as a connection (OpenStream): on HTTP and
+//     the stream protocol a watch or a stream holds a connection of its own, and on
+//     gRPC it must cost the client the same, or one connection would hold what
+//     thousands do (issue #33: 50,000 idle Watch streams on one connection held
+//     200,000 goroutines and 1.1 GB). With the default 2,500 a client holds at most
+//     2,500 connections and streams together, each of at most ~3 goroutines and
+//     ~20 KiB idle: under 10,000 goroutines and 64 MiB.
 //   - requests in flight: at most MaxInFlight requests (HTTP, every request of every
 //     stream, and the etcd door's) run at once, and at most MaxInFlightPerClient from
 //     one source IP address, so one client cannot keep every slot busy; one more is
@@ -142,6 +151,24 @@ func (c *countedConn) Close() error {
 		}
 	})
 	return c.Conn.Close()
+}
+
+// OpenStream counts one long-lived stream of the client at addr (its "host:port" or
+// host) against the budget its connections count against, MaxConnsPerClient by source
+// IP address: every door's connections and streams share it. It returns the function
+// that gives the slot back (once), or ErrTooManyConnections when the client holds its
+// maximum. Without a per-client bound (MaxConnsPerClient 0), or from an unknown
+// address (""), nothing is counted.
+func (s *Server) OpenStream(addr string) (release func(), err error) {
+	max, src := s.cfg.MaxConnsPerClient, hostOf(addr)
+	if max <= 0 || src == "" {
+		return func() {}, nil
+	}
+	if !s.connClients.take(src, max) {
+		return nil, fmt.Errorf("%w: this node holds its maximum of %d connections and streams from one address: "+
+			"end one, or retry later or on another node", ErrTooManyConnections, max)
+	}
+	return sync.OnceFunc(func() { s.connClients.give(src) }), nil
 }
 
 // acquireRequest takes a slot for one request in flight from the source address src

@@ -134,6 +134,8 @@ func classify(err error) (code int, reason string) {
 		return http.StatusTooManyRequests, api.ReasonTooManyLeases
 	case errors.Is(err, ErrTooManyRequests):
 		return http.StatusTooManyRequests, api.ReasonTooManyRequests
+	case errors.Is(err, ErrTooManyConnections):
+		return http.StatusTooManyRequests, api.ReasonTooManyConnections
 	case errors.Is(err, ErrListTooLarge):
 		return http.StatusRequestEntityTooLarge, api.ReasonListTooLarge
 	case errors.Is(err, ErrTooLarge):

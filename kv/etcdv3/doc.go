@@ -6,10 +6,11 @@
 //   - rights (ACL tokens and policies), limits (key and value sizes, list and watch
 //     bounds, requests in flight), reserved prefixes, UTF-8 and duplicate-key checks:
 //     the service core, package kv ([kv.Server]'s exported methods: Authenticate,
-//     AdmitRequest, CheckClientCert, Range, CheckOp, CheckCompare, CheckTxnSize, Txn,
-//     Compact, the Lease* methods, Watch, Members, StateView; Config.MaxRequestBytes
-//     sizes the largest message). A call runs for the [kv.Caller] admit
-//     resolved from the "token" metadata; a long stream asks the core to Refresh it.
+//     AdmitRequest, OpenStream, CheckClientCert, Range, CheckOp, CheckCompare,
+//     CheckTxnSize, Txn, Compact, the Lease* methods, Watch, Members, StateView;
+//     Config.MaxRequestBytes sizes the largest message, Config.MaxStreamInFlight the
+//     calls of one connection). A call runs for the [kv.Caller] admit resolved from
+//     the "token" metadata; a long stream asks the core to Refresh it.
 //   - etcd's own shapes: here, and only here. Range's sort, revision filters, count
 //     and limit (shapeRange), the translation of etcd's range end "\x00", watch IDs,
 //     filters and progress, lease TTL rounding, the header (member and cluster IDs

@@ -115,7 +115,8 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCAuthNotEnabled
 	case errors.Is(err, kv.ErrForbidden), errors.Is(err, kv.ErrReservedPrefix), errors.Is(err, raft.ErrCallerRefused):
 		return rpctypes.ErrGRPCPermissionDenied
-	case errors.Is(err, kv.ErrTooManyWatches), errors.Is(err, kv.ErrTooManyRequests), errors.Is(err, kv.ErrTooManyLeases):
+	case errors.Is(err, kv.ErrTooManyWatches), errors.Is(err, kv.ErrTooManyRequests), errors.Is(err, kv.ErrTooManyLeases),
+		errors.Is(err, kv.ErrTooManyConnections):
 		return rpctypes.ErrGRPCRequestTooManyRequests
 	case errors.Is(err, raft.ErrNoLeader):
 		return rpctypes.ErrGRPCNoLeader

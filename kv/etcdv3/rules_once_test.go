@@ -28,7 +28,7 @@ import (
 func TestEtcdErrorCoversCoreRefusals(t *testing.T) {
 	for _, err := range []error{
 		kv.ErrTooManyLeases, raft.ErrCallerRefused, versions.ErrUndecodable,
-		kv.ErrInvalidKey, kv.ErrInvalidBody, kv.ErrReservedPrefix, kv.ErrTooManyRequests,
+		kv.ErrInvalidKey, kv.ErrInvalidBody, kv.ErrReservedPrefix, kv.ErrTooManyRequests, kv.ErrTooManyConnections,
 	} {
 		wrapped := fmt.Errorf("apply: %w", err)
 		if kv.WireError(wrapped, true).Code == http.StatusInternalServerError {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -75,6 +76,13 @@ func New(core *kv.Server) *Server {
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
 		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes()) + 4096),
+		// One connection carries at most MaxStreamInFlight calls at once (1,024 by
+		// default), as one stream-protocol connection carries at most that many
+		// requests: a client waits to open one more (HTTP/2 flow control, no error), and
+		// gRPC refuses a stream over it before it runs a handler or a goroutine.
+		// Without it one connection held 50,000 Watch streams (issue #33). etcd's
+		// clients multiplex their watches on a stream or a few.
+		grpc.MaxConcurrentStreams(uint32(min(cfg.MaxStreamInFlight, math.MaxUint32))),
 		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
 		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
 		// that would close their connections with "too many pings".
@@ -161,6 +169,12 @@ var openMethods = map[string]bool{
 // admit runs every call's checks before its handler: the client certificate (when the
 // server requires one), the token (the "token" metadata, a keel ACL secret), and
 // etcd's require-leader metadata. It returns ctx carrying the token's Caller.
+//
+// gRPC health (Check and Watch) needs neither: as etcd's, it answers load balancers
+// and gRPC's client-side health checking, which send no token and may hold no
+// certificate. What bounds a tokenless client is what bounds any client: a health
+// Watch holds a slot of its client's stream budget (streamInterceptor), a Check one
+// of its requests in flight, and its metadata is bounded (maxHeaderListBytes).
 func (e *Server) admit(ctx context.Context, method string) (context.Context, error) {
 	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
 		return ctx, nil
@@ -249,8 +263,16 @@ type admittedStream struct {
 
 func (s admittedStream) Context() context.Context { return s.ctx }
 
+// streamInterceptor runs every stream, gRPC health's included: the stream holds a
+// slot of its client's budget while it lives (kv.Server.OpenStream, the budget its
+// connections count against on every door), then admit's checks.
 func (e *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	handler grpc.StreamHandler) error {
+	release, err := e.core.OpenStream(peerAddr(ss.Context()))
+	if err != nil {
+		return etcdError(err)
+	}
+	defer release()
 	ctx, err := e.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
