@@ -42,6 +42,9 @@ type Server struct {
 	health *health.Server
 	addr   string                                // set by Serve: the listener's address, for MemberList
 	ids    struct{ self, cluster atomic.Uint64 } // cached by selfID, clusterID
+	// streaming holds the full names of the streaming methods (tap); read-only once
+	// New returns.
+	streaming map[string]bool
 
 	// ProgressNotifyInterval is how often an idle watch created with progress_notify
 	// hears the revision it reached (etcd's --watch-progress-notify-interval). Set it
@@ -75,6 +78,8 @@ func New(core *kv.Server) *Server {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
+		grpc.InTapHandle(e.tap), // every call's slot (bounds.go)
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes()) + 4096),
 		// One connection carries at most MaxStreamInFlight calls at once (1,024 by
 		// default), as one stream-protocol connection carries at most that many
@@ -101,6 +106,7 @@ func New(core *kv.Server) *Server {
 	pb.RegisterAuthServer(e.grpc, etcdAuth{e: e})
 	healthpb.RegisterHealthServer(e.grpc, e.health)
 	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	e.streaming = streamingMethods(e.grpc)
 	return e
 }
 
@@ -173,8 +179,8 @@ var openMethods = map[string]bool{
 // gRPC health (Check and Watch) needs neither: as etcd's, it answers load balancers
 // and gRPC's client-side health checking, which send no token and may hold no
 // certificate. What bounds a tokenless client is what bounds any client: a health
-// Watch holds a slot of its client's stream budget (streamInterceptor), a Check one
-// of its requests in flight, and its metadata is bounded (maxHeaderListBytes).
+// Watch holds a slot of its client's stream budget, a Check one of its requests in
+// flight, and its metadata is bounded (bounds.go).
 func (e *Server) admit(ctx context.Context, method string) (context.Context, error) {
 	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
 		return ctx, nil
@@ -236,11 +242,7 @@ func (e *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err != nil {
 		return nil, err
 	}
-	src := peerAddr(ctx)
-	if err := e.core.AdmitRequest(src); err != nil {
-		return nil, etcdError(err)
-	}
-	defer e.core.ReleaseRequest(src)
+	// The call holds a slot of its client's requests in flight since its headers (tap).
 	// A serializable range reads local state at once: no deadline (a timer and a
 	// context per read saved), as GET /v1/kv does.
 	if r, ok := req.(*pb.RangeRequest); !ok || !r.Serializable {
@@ -263,16 +265,10 @@ type admittedStream struct {
 
 func (s admittedStream) Context() context.Context { return s.ctx }
 
-// streamInterceptor runs every stream, gRPC health's included: the stream holds a
-// slot of its client's budget while it lives (kv.Server.OpenStream, the budget its
-// connections count against on every door), then admit's checks.
+// streamInterceptor runs admit's checks before every stream's handler; the stream
+// holds a slot of its client's budget since its headers (tap).
 func (e *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	handler grpc.StreamHandler) error {
-	release, err := e.core.OpenStream(peerAddr(ss.Context()))
-	if err != nil {
-		return etcdError(err)
-	}
-	defer release()
 	ctx, err := e.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err

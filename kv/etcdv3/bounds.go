@@ -1,0 +1,70 @@
+package etcdv3
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
+)
+
+// What one client may hold of a node through this door (issue #33). Every bound is
+// the core's, counted with the client's use of every other door, except the two that
+// only HTTP/2 has, set in New:
+//
+//   - a call holds a slot from its headers to its end, taken by tap before gRPC starts
+//     the call's goroutine: a stream (Watch, LeaseKeepAlive, RangeStream, Snapshot,
+//     gRPC health Watch) one of its client's connections-and-streams budget
+//     (kv.Server.OpenStream, Config.MaxConnsPerClient, 2,500 by default), a unary call
+//     one of its requests in flight (kv.Server.AdmitRequest,
+//     Config.MaxInFlightPerClient, 5,000). A call over either is refused with
+//     ResourceExhausted (etcd's "too many requests") and costs nothing more; a call
+//     whose request message never comes holds its slot, not one more.
+//   - one connection carries at most Config.MaxStreamInFlight calls (HTTP/2's
+//     SETTINGS_MAX_CONCURRENT_STREAMS, 1,024): the client waits to open one more.
+//   - a call's metadata is at most maxHeaderListBytes.
+//   - a Watch stream holds one outstanding RequestProgress (watch.go); its watches
+//     are bounded by the core's watch bounds.
+
+// maxHeaderListBytes bounds the metadata of one call (HTTP/2's
+// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes each): a call over it is
+// reset before it runs. etcd's clients send a few hundred bytes (the token, the
+// authority, user agent, require-leader, timeout; kube-apiserver adds a trace
+// context), so 16 KiB leaves room for a long JWT and tracing baggage, where gRPC's
+// default of 16 MB let 60 tokenless health streams of 15 MB each take a node from 33
+// MB to 974 MB. The metadata of every call a client may hold at once (2,500 streams,
+// 1,024 calls on each connection) then stays near 40 MiB a connection's worth, not 16
+// GB.
+const maxHeaderListBytes = 16 << 10
+
+// tap admits a call as its headers arrive, before gRPC starts its goroutine: see
+// above. The slot goes back when the call's context ends, which gRPC does when the
+// call finishes, is reset, or its connection closes.
+func (e *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	src := peerAddr(ctx)
+	if e.streaming[info.FullMethodName] {
+		release, err := e.core.OpenStream(src)
+		if err != nil {
+			return nil, etcdError(err)
+		}
+		context.AfterFunc(ctx, release)
+		return ctx, nil
+	}
+	if err := e.core.AdmitRequest(src); err != nil {
+		return nil, etcdError(err)
+	}
+	context.AfterFunc(ctx, func() { e.core.ReleaseRequest(src) })
+	return ctx, nil
+}
+
+// streamingMethods are the full names of the streaming methods g serves.
+func streamingMethods(g *grpc.Server) map[string]bool {
+	out := map[string]bool{}
+	for svc, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if m.IsClientStream || m.IsServerStream {
+				out["/"+svc+"/"+m.Name] = true
+			}
+		}
+	}
+	return out
+}
