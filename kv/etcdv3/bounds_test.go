@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ import (
 type rawConn struct {
 	c    net.Conn
 	fr   *http2.Framer
-	next uint32 // the next stream ID
+	wmu  sync.Mutex // the framer's writes: drain acks from its own goroutine
+	next uint32     // the next stream ID
 }
 
 // dialRaw connects and sends the preface; the connection closes when the test ends.
@@ -51,15 +53,27 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 // as its request, or nothing at all when msg is nil (the call then waits for it). It
 // returns the call's stream ID.
 func (r *rawConn) call(method string, pad int, msg proto.Message) (uint32, error) {
-	id := r.next
-	r.next += 2
+	return r.callBlock(headerBlock(method, pad), msg)
+}
+
+// headerBlock is the HPACK block of a call of method with pad bytes of extra
+// metadata, every field a literal (it depends on no earlier block).
+func headerBlock(method string, pad int) []byte {
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method}, {":authority", "keel"},
 		{"content-type", "application/grpc"}, {"te", "trailers"}, {"x-pad", strings.Repeat("p", pad)}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
 	}
-	b := block.Bytes()
+	return block.Bytes()
+}
+
+// callBlock is call with its header block made.
+func (r *rawConn) callBlock(b []byte, msg proto.Message) (uint32, error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	id := r.next
+	r.next += 2
 	n := min(len(b), 16384)
 	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:n], EndHeaders: n == len(b)}); err != nil {
 		return id, err
@@ -94,7 +108,9 @@ func (r *rawConn) answer(id uint32) (served bool, how string) {
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
+				r.wmu.Lock()
 				r.fr.WriteSettingsAck()
+				r.wmu.Unlock()
 			}
 		case *http2.GoAwayFrame:
 			return false, "GOAWAY " + f.ErrCode.String()
