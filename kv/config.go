@@ -65,7 +65,8 @@ type Config struct {
 	// every stream; not watches or health checks): 429 TooManyRequests above it.
 	MaxInFlight int
 	// MaxInFlightPerClient bounds the requests running at once from one source IP
-	// address (0 = no bound but MaxInFlight).
+	// address (0 = no bound but MaxInFlight). On the etcd door a call holds its slot
+	// from its headers on, its request message not yet come included.
 	MaxInFlightPerClient int
 	// MaxStreamInFlight bounds the requests in flight on one stream connection: the
 	// server stops reading it until one finishes (backpressure). It bounds the calls
@@ -137,7 +138,7 @@ func DefaultConfig() Config {
 		MaxConns:             10000,
 		MaxConnsPerClient:    2500,
 		MaxInFlight:          20000,
-		MaxInFlightPerClient: 5000,
+		MaxInFlightPerClient: 2500, // one client's worst case under 10,000 goroutines (connlimits.go)
 		MaxStreamInFlight:    1024,
 		StreamFrameTimeout:   10 * time.Second,
 		WatchBuffer:          1024,

@@ -25,9 +25,15 @@ import (
 //     the stream protocol a watch or a stream holds a connection of its own, and on
 //     gRPC it must cost the client the same, or one connection would hold what
 //     thousands do (issue #33: 50,000 idle Watch streams on one connection held
-//     200,000 goroutines and 1.1 GB). With the default 2,500 a client holds at most
-//     2,500 connections and streams together, each of at most ~3 goroutines and
-//     ~20 KiB idle: under 10,000 goroutines and 64 MiB.
+//     200,000 goroutines and 1.1 GB).
+//
+// What one client can hold with the defaults, measured (bench/README.md, issue #33):
+// 2,500 connections and streams together (MaxConnsPerClient), each ~3 goroutines and
+// at most ~60 KiB (an idle etcd connection's buffers; an idle Watch stream ~35 KiB),
+// and 2,500 requests in flight (MaxInFlightPerClient: on HTTP/1.1 each takes a
+// connection anyway; on the etcd door a call whose request never comes holds a
+// goroutine, ~12 KiB): at most ~10,000 goroutines and ~180 MiB, whatever door it
+// uses. Request bodies in flight are bounded by count and message size only.
 //   - requests in flight: at most MaxInFlight requests (HTTP, every request of every
 //     stream, and the etcd door's) run at once, and at most MaxInFlightPerClient from
 //     one source IP address, so one client cannot keep every slot busy; one more is

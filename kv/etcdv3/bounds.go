@@ -16,7 +16,7 @@ import (
 //     gRPC health Watch) one of its client's connections-and-streams budget
 //     (kv.Server.OpenStream, Config.MaxConnsPerClient, 2,500 by default), a unary call
 //     one of its requests in flight (kv.Server.AdmitRequest,
-//     Config.MaxInFlightPerClient, 5,000). A call over either is refused with
+//     Config.MaxInFlightPerClient, 2,500). A call over either is refused with
 //     ResourceExhausted (etcd's "too many requests") and costs nothing more; a call
 //     whose request message never comes holds its slot, not one more.
 //   - one connection carries at most Config.MaxStreamInFlight calls (HTTP/2's

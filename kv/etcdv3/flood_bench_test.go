@@ -41,7 +41,7 @@ func TestFloodAtReportSize(t *testing.T) {
 		{"streams-one-conn", floodStreams(1, 50000)}, // 50,000 idle Watch streams on one connection
 		{"streams-50-conns", floodStreams(50, 1000)}, // 50,000 idle Watch streams over 50 connections
 		{"headers", floodHeaders},                    // 60 tokenless health Watch streams, 15 MB of metadata each
-		{"calls-no-body", floodCallsNoBody},          // 5 connections of 1,024 Range calls whose request never comes
+		{"calls-no-body", floodCallsNoBody},          // 20 connections of 1,024 Range calls whose request never comes
 		{"conns", floodConns},                        // 2,500 idle connections, the per-client maximum
 	} {
 		t.Run(a.name, func(t *testing.T) {
@@ -173,7 +173,7 @@ func floodHeaders(t *testing.T, d *floodDoor) string {
 }
 
 func floodCallsNoBody(t *testing.T, d *floodDoor) string {
-	const conns, perConn = 5, 1024
+	const conns, perConn = 20, 1024
 	block := headerBlock(pb.KV_Range_FullMethodName, 0)
 	for c := range conns {
 		r := rawFlood(t, d)
