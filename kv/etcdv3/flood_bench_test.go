@@ -43,6 +43,7 @@ func TestFloodAtReportSize(t *testing.T) {
 		{"headers", floodHeaders},                    // 60 tokenless health Watch streams, 15 MB of metadata each
 		{"calls-no-body", floodCallsNoBody},          // 20 connections of 1,024 Range calls whose request never comes
 		{"conns", floodConns},                        // 2,500 idle connections, the per-client maximum
+		{"worst", floodWorst},                        // one client's worst case: every slot of both budgets
 	} {
 		t.Run(a.name, func(t *testing.T) {
 			d := newFloodDoor(t, kv.DefaultConfig())
@@ -195,4 +196,27 @@ func floodConns(t *testing.T, d *floodDoor) string {
 		}
 	}
 	return fmt.Sprintf("%d idle connections (%d refused)", n+100, refused)
+}
+
+// floodWorst takes every slot one client has: 2,500 pending calls on 3 connections
+// (MaxInFlightPerClient), and the rest of its 2,500 connections and streams as idle
+// Watch streams on 3 more.
+func floodWorst(t *testing.T, d *floodDoor) string {
+	var rs []*rawConn
+	for range 6 {
+		rs = append(rs, rawFlood(t, d))
+	}
+	calls, watches := headerBlock(pb.KV_Range_FullMethodName, 0), headerBlock(pb.Watch_Watch_FullMethodName, 0)
+	for i, r := range rs {
+		block := calls
+		if i >= 3 {
+			block = watches
+		}
+		for range 1000 {
+			if _, err := r.callBlock(block, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return "3 connections of 1,000 calls without their request and 3 of 1,000 idle Watch streams"
 }
