@@ -2,6 +2,7 @@ package etcdv3
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/tap"
@@ -37,8 +38,9 @@ import (
 const maxHeaderListBytes = 16 << 10
 
 // tap admits a call as its headers arrive, before gRPC starts its goroutine: see
-// above. The slot goes back when the call's context ends, which gRPC does when the
-// call finishes, is reset, or its connection closes.
+// above. The call's slot (callSlot) goes back once the call's context has ended —
+// gRPC ends it when the call finishes, is reset, or its connection closes — and its
+// handler, if it ran, has returned.
 func (e *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	src := peerAddr(ctx)
 	if e.streaming[info.FullMethodName] {
@@ -46,14 +48,58 @@ func (e *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		if err != nil {
 			return nil, etcdError(err)
 		}
-		context.AfterFunc(ctx, release)
-		return ctx, nil
+		return withCallSlot(ctx, release), nil
 	}
 	if err := e.core.AdmitRequest(src); err != nil {
 		return nil, etcdError(err)
 	}
-	context.AfterFunc(ctx, func() { e.core.ReleaseRequest(src) })
-	return ctx, nil
+	return withCallSlot(ctx, func() { e.core.ReleaseRequest(src) }), nil
+}
+
+// callSlot is the slot tap took for a call. The call's stream holds it until its
+// context ends, and the call's handler while it runs: a client that resets its calls
+// (HTTP/2's rapid reset) gets a slot back only once its handler has returned, so it
+// never runs more handlers than it has slots.
+type callSlot struct {
+	mu      sync.Mutex
+	holders int // the stream, and the handler while it runs; 0: given back
+	release func()
+}
+
+type callSlotKey struct{}
+
+// withCallSlot is ctx, the call's context, holding a slot that release gives back.
+func withCallSlot(ctx context.Context, release func()) context.Context {
+	c := &callSlot{holders: 1, release: release}
+	context.AfterFunc(ctx, c.drop)
+	return context.WithValue(ctx, callSlotKey{}, c)
+}
+
+// holdCallSlot holds the slot of ctx's call while its handler runs, until drop; ok is
+// false when the call has ended already and given its slot back: the handler must not
+// run. A call without a slot (none was taken) is ok.
+func holdCallSlot(ctx context.Context) (drop func(), ok bool) {
+	c, _ := ctx.Value(callSlotKey{}).(*callSlot)
+	if c == nil {
+		return func() {}, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holders == 0 {
+		return nil, false
+	}
+	c.holders++
+	return c.drop, true
+}
+
+func (c *callSlot) drop() {
+	c.mu.Lock()
+	c.holders--
+	last := c.holders == 0
+	c.mu.Unlock()
+	if last {
+		c.release()
+	}
 }
 
 // streamingMethods are the full names of the streaming methods g serves.

@@ -2,6 +2,7 @@ package etcdv3
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -213,5 +214,35 @@ func TestEtcdCallsWithoutTheirRequestAreBounded(t *testing.T) {
 	if served || grew > 2*perClient+20 {
 		t.Fatalf("%d calls without their request, %d per client: %d more goroutines, the next call %s; want at most %d and refused",
 			calls, perClient, grew, how, 2*perClient+20)
+	}
+}
+
+// A call's slot goes back once its context has ended and its handler has returned,
+// whichever is later: a client that resets calls whose handlers still run does not get
+// their slots back early (HTTP/2's rapid reset), and a handler never starts on a slot
+// given back (kill: the slot given back when the context ends).
+func TestCallSlotOutlivesItsHandler(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	released := make(chan struct{})
+	ctx = withCallSlot(ctx, func() { close(released) }) // a second release panics
+	drop, ok := holdCallSlot(ctx)
+	if !ok {
+		t.Fatal("a live call's handler may not hold its slot")
+	}
+	cancel() // the client reset the call; its handler still runs
+	select {
+	case <-released:
+		t.Fatal("slot given back while the handler runs")
+	case <-time.After(100 * time.Millisecond):
+	}
+	drop()
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("slot not given back once the call ended and its handler returned")
+	}
+	if _, ok := holdCallSlot(ctx); ok {
+		t.Fatal("a handler may start on a slot given back")
 	}
 }

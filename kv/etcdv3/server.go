@@ -238,11 +238,17 @@ func verifiedPeer(ctx context.Context) bool {
 
 func (e *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	handler grpc.UnaryHandler) (any, error) {
+	// The call holds a slot of its client's requests in flight since its headers
+	// (tap), and while its handler runs.
+	drop, ok := holdCallSlot(ctx)
+	if !ok {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	defer drop()
 	ctx, err := e.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	// The call holds a slot of its client's requests in flight since its headers (tap).
 	// A serializable range reads local state at once: no deadline (a timer and a
 	// context per read saved), as GET /v1/kv does.
 	if r, ok := req.(*pb.RangeRequest); !ok || !r.Serializable {
@@ -266,9 +272,15 @@ type admittedStream struct {
 func (s admittedStream) Context() context.Context { return s.ctx }
 
 // streamInterceptor runs admit's checks before every stream's handler; the stream
-// holds a slot of its client's budget since its headers (tap).
+// holds a slot of its client's budget since its headers (tap), and while its handler
+// runs.
 func (e *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	handler grpc.StreamHandler) error {
+	drop, ok := holdCallSlot(ss.Context())
+	if !ok {
+		return status.FromContextError(ss.Context().Err()).Err()
+	}
+	defer drop()
 	ctx, err := e.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
