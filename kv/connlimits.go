@@ -26,24 +26,27 @@ import (
 //     gRPC it must cost the client the same, or one connection would hold what
 //     thousands do (issue #33: 50,000 idle Watch streams on one connection held
 //     200,000 goroutines and 1.1 GB).
-//
-// What one client can hold with the defaults, measured (bench/README.md, issue #33):
-// 2,500 connections and streams together (MaxConnsPerClient), each ~3 goroutines and
-// at most ~60 KiB (an idle etcd connection's buffers; an idle Watch stream ~35 KiB),
-// and 2,500 requests in flight (MaxInFlightPerClient: on HTTP/1.1 each takes a
-// connection anyway; on the etcd door a call whose request never comes holds a
-// goroutine, ~12 KiB): at most ~10,000 goroutines and ~180 MiB, whatever door it
-// uses. Request bodies in flight are bounded by count and message size only.
 //   - requests in flight: at most MaxInFlight requests (HTTP, every request of every
 //     stream, and the etcd door's) run at once, and at most MaxInFlightPerClient from
 //     one source IP address, so one client cannot keep every slot busy; one more is
 //     answered 429 TooManyRequests. Health checks and watches do not count (watches
 //     have MaxWatches and MaxWatchesPerToken).
 //   - per stream connection: at most MaxStreamInFlight requests in flight; the server
-//     stops reading the connection until one finishes (backpressure, no error).
+//     stops reading the connection until one finishes (backpressure, no error). Per
+//     etcd-door connection, as many calls open at once (HTTP/2's max concurrent
+//     streams: the client waits to open one more).
 //   - a stream frame, once begun, must arrive whole within StreamFrameTimeout, or the
 //     connection is closed (a client that declares a frame and stalls, or sends bytes
 //     that are not the protocol).
+//
+// What one client can hold with the defaults, measured (bench/README.md, issue #33):
+// 2,500 connections and streams together (MaxConnsPerClient), each ~3 goroutines and
+// at most ~60 KiB (an idle etcd connection's buffers; an idle Watch stream ~35 KiB),
+// and 2,500 requests in flight (MaxInFlightPerClient: on HTTP/1.1 each takes a
+// connection anyway; on the etcd door a call whose request never comes holds a
+// goroutine, ~12 KiB): at most ~10,000 goroutines and ~200 MiB with the etcd door's
+// largest metadata, whatever door it uses. Request bodies in flight are bounded by
+// count and message size only.
 
 // ErrTooManyRequests: the node runs its maximum of requests; retry later or elsewhere.
 var ErrTooManyRequests = errors.New("kv: too many requests in flight")

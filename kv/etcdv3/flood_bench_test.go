@@ -43,7 +43,8 @@ func TestFloodAtReportSize(t *testing.T) {
 		{"headers", floodHeaders},                    // 60 tokenless health Watch streams, 15 MB of metadata each
 		{"calls-no-body", floodCallsNoBody},          // 20 connections of 1,024 Range calls whose request never comes
 		{"conns", floodConns},                        // 2,500 idle connections, the per-client maximum
-		{"worst", floodWorst},                        // one client's worst case: every slot of both budgets
+		{"worst", floodWorst(0)},                     // one client's worst case: every slot of both budgets
+		{"worst-15k", floodWorst(15 << 10)},          // the same, each call with 15 KiB of metadata
 	} {
 		t.Run(a.name, func(t *testing.T) {
 			d := newFloodDoor(t, kv.DefaultConfig())
@@ -201,22 +202,24 @@ func floodConns(t *testing.T, d *floodDoor) string {
 // floodWorst takes every slot one client has: 2,500 pending calls on 3 connections
 // (MaxInFlightPerClient), and the rest of its 2,500 connections and streams as idle
 // Watch streams on 3 more.
-func floodWorst(t *testing.T, d *floodDoor) string {
-	var rs []*rawConn
-	for range 6 {
-		rs = append(rs, rawFlood(t, d))
-	}
-	calls, watches := headerBlock(pb.KV_Range_FullMethodName, 0), headerBlock(pb.Watch_Watch_FullMethodName, 0)
-	for i, r := range rs {
-		block := calls
-		if i >= 3 {
-			block = watches
+func floodWorst(pad int) func(t *testing.T, d *floodDoor) string {
+	return func(t *testing.T, d *floodDoor) string {
+		var rs []*rawConn
+		for range 6 {
+			rs = append(rs, rawFlood(t, d))
 		}
-		for range 1000 {
-			if _, err := r.callBlock(block, nil); err != nil {
-				t.Fatal(err)
+		calls, watches := headerBlock(pb.KV_Range_FullMethodName, pad), headerBlock(pb.Watch_Watch_FullMethodName, pad)
+		for i, r := range rs {
+			block := calls
+			if i >= 3 {
+				block = watches
+			}
+			for range 1000 {
+				if _, err := r.callBlock(block, nil); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
+		return fmt.Sprintf("3 connections of 1,000 calls without their request and 3 of 1,000 idle Watch streams, %d bytes of metadata each", pad)
 	}
-	return "3 connections of 1,000 calls without their request and 3 of 1,000 idle Watch streams"
 }
