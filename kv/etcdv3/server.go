@@ -41,6 +41,7 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 	addr   string                                // set by Serve: the listener's address, for MemberList
+	gw     *gateway                              // set by Serve: the HTTP half (gateway.go)
 	ids    struct{ self, cluster atomic.Uint64 } // cached by selfID, clusterID
 	// streaming holds the full names of the streaming methods (tap); read-only once
 	// New returns.
@@ -94,9 +95,9 @@ func New(core *kv.Server) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
 	}
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.Clone())))
-	}
+	// Serve does the TLS handshake (with cfg.TLS) before it routes a connection to
+	// gRPC or to the JSON gateway (gateway.go): gRPC's credentials only report it.
+	opts = append(opts, grpc.Creds(handshaken{}))
 	e.grpc = grpc.NewServer(opts...)
 	pb.RegisterKVServer(e.grpc, etcdKV{e: e})
 	pb.RegisterWatchServer(e.grpc, etcdWatch{e: e})
@@ -110,7 +111,8 @@ func New(core *kv.Server) *Server {
 	return e
 }
 
-// Serve serves the etcd API on ln until Stop; it returns nil after Stop.
+// Serve serves the etcd API on ln until Stop, gRPC and etcd's JSON gateway (and GET
+// /version, /health) on the one listener (gateway.go); it returns nil after Stop.
 func (e *Server) Serve(ln net.Listener) error {
 	e.mu.Lock()
 	if e.closed {
@@ -131,7 +133,7 @@ func (e *Server) Serve(ln net.Listener) error {
 			}
 		}()
 	}
-	if err := e.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err := e.serve(ln); err != nil {
 		return fmt.Errorf("etcdv3: serve: %w", err)
 	}
 	return nil
@@ -146,8 +148,12 @@ func (e *Server) Stop(ctx context.Context) {
 		close(e.stop)
 		e.stopStreams()
 	}
+	gw := e.gw
 	e.mu.Unlock()
 	e.health.Shutdown()
+	if gw != nil {
+		gw.stop(ctx)
+	}
 	done := make(chan struct{})
 	go func() { e.grpc.GracefulStop(); close(done) }()
 	select {
@@ -199,7 +205,7 @@ func (e *Server) admit(ctx context.Context, method string) (context.Context, err
 	if openMethods[method] {
 		return ctx, nil
 	}
-	c, err := e.core.Authenticate(ctx, firstIncoming(ctx, rpctypes.TokenFieldNameGRPC))
+	c, err := e.core.Authenticate(ctx, tokenOf(ctx))
 	if err != nil {
 		return nil, etcdError(err)
 	}
@@ -228,6 +234,9 @@ func firstIncoming(ctx context.Context, key string) string {
 // verifiedPeer reports whether the call came with a client certificate the TLS
 // configuration verified.
 func verifiedPeer(ctx context.Context) bool {
+	if _, verified, ok := gatewayPeer(ctx); ok {
+		return verified
+	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return false
@@ -366,6 +375,9 @@ func hasLeaderMD(ctx context.Context) bool {
 // peerAddr is the address of the gRPC peer of ctx ("" when unknown), for the
 // per-client request bound (the core counts clients by host).
 func peerAddr(ctx context.Context) string {
+	if addr, _, ok := gatewayPeer(ctx); ok {
+		return addr
+	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		return p.Addr.String()
 	}
