@@ -29,6 +29,7 @@ var keelSrv, etcdSrv *server
 type server struct {
 	name string
 	c    *clientv3.Client
+	addr string // the client port: gRPC and the JSON gateway (gateway_test.go)
 }
 
 func TestMain(m *testing.M) {
@@ -105,7 +106,7 @@ func startKeel(dir string) (func(), error) {
 		log, _ := os.ReadFile(logPath)
 		return nil, fmt.Errorf("%w\n%s", err, log)
 	}
-	keelSrv = &server{name: "keel", c: c}
+	keelSrv = &server{name: "keel", c: c, addr: etcdAddr}
 	return stop, nil
 }
 
@@ -161,7 +162,7 @@ func startEtcd(dir string) (func(), error) {
 		e.Close()
 		return nil, err
 	}
-	etcdSrv = &server{name: "etcd", c: c}
+	etcdSrv = &server{name: "etcd", c: c, addr: client}
 	return func() { c.Close(); e.Close() }, nil
 }
 
