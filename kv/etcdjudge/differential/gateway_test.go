@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The JSON gateway (issue #35 item 1): the same HTTP requests, every route etcd's
@@ -32,10 +36,10 @@ import (
 //   - every JSON answer compares as a value, and an error's message with its spaces
 //     made plain: protojson spaces its output, and its errors, at random.
 //
-// Not compared: POST /v3/auth/* (another API: keel's tokens are its ACL tokens,
-// docs/etcd.md) and a permission-denied answer (it needs auth on, which this module's
-// shared servers do not have: kv/etcdv3's TestGatewayHonoursAuthorizationHeader
-// checks it against etcd's JSON).
+// TestGatewayAuthAsEtcds runs a second script against a keel and an etcd of its own
+// with auth on: authenticate (keel's user "keel" with an ACL token's secret as
+// password, etcd's user and role with the same prefix), then the token in the
+// Authorization header, served within the prefix and refused outside it.
 
 // gwStep is one request of the script. Its body (and path) may hold placeholders,
 // replaced for each server: {{K:x}} the base64 of the script's prefix + x, {{V:x}}
@@ -48,6 +52,9 @@ type gwStep struct {
 	// drop names fields left out of both answers, anywhere: a difference the door
 	// keeps, listed in docs/etcd.md ("Differences that remain").
 	drop []string
+	// auth is the Authorization header: "token" the one the script's authenticate
+	// step got, any other value itself.
+	auth string
 }
 
 // gwAnswer is a server's answer to a step.
@@ -123,6 +130,8 @@ type gwRun struct {
 	writes []int64  // header revisions of the write steps, in order
 	base   int64    // the revision before the script
 	ttls   []int64  // granted TTLs, by lease
+	// user and password authenticate ({{U:}}, {{P:}}); token is what that answered.
+	user, password, token string
 }
 
 func TestGatewayAsEtcds(t *testing.T) {
@@ -144,7 +153,7 @@ func TestGatewayAsEtcds(t *testing.T) {
 	}
 }
 
-var placeholder = regexp.MustCompile(`\{\{([KVLW]):([^}]*)\}\}`)
+var placeholder = regexp.MustCompile(`\{\{([KVLWUP]):([^}]*)\}\}`)
 
 // fill replaces the placeholders of s for this run.
 func (r *gwRun) fill(s string) (string, error) {
@@ -156,6 +165,10 @@ func (r *gwRun) fill(s string) (string, error) {
 			return base64.StdEncoding.EncodeToString([]byte(r.prefix + p[2]))
 		case "V":
 			return base64.StdEncoding.EncodeToString([]byte(p[2]))
+		case "U":
+			return r.user
+		case "P":
+			return r.password
 		case "L":
 			i, _ := strconv.Atoi(p[2])
 			if i >= len(r.leases) {
@@ -191,6 +204,13 @@ func (r *gwRun) do(st gwStep) (gwAnswer, error) {
 	if err != nil {
 		return gwAnswer{}, err
 	}
+	switch st.auth {
+	case "":
+	case "token":
+		req.Header.Set("Authorization", r.token)
+	default:
+		req.Header.Set("Authorization", st.auth)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return gwAnswer{}, err
@@ -210,6 +230,7 @@ func (r *gwRun) do(st gwStep) (gwAnswer, error) {
 		Header struct{ Revision string }
 		ID     string
 		TTL    string
+		Token  string
 	}
 	json.Unmarshal([]byte(a.body), &v)
 	rev, _ := strconv.ParseInt(v.Header.Revision, 10, 64)
@@ -218,6 +239,9 @@ func (r *gwRun) do(st gwStep) (gwAnswer, error) {
 		r.base = rev
 	case st.write:
 		r.writes = append(r.writes, rev)
+	}
+	if st.path == "/v3/auth/authenticate" && v.Token != "" {
+		r.token = v.Token
 	}
 	if st.path == "/v3/lease/grant" && v.ID != "" {
 		ttl, _ := strconv.ParseInt(v.TTL, 10, 64)
@@ -403,6 +427,8 @@ func (r *gwRun) norm(v any, field string) string {
 				return fmt.Sprintf("L%d", i)
 			}
 			return strconv.Quote(v)
+		case field == "token":
+			return `"<token>"` // each server's own
 		case field == "message":
 			// protojson's errors, like its output, space at random (U+00A0 or not).
 			return strconv.Quote(strings.ReplaceAll(v, "\u00a0", " "))
@@ -460,5 +486,115 @@ func shape(v any) string {
 		return "[" + shape(v[0]) + " x" + strconv.Itoa(len(v)) + "]"
 	default:
 		return "_"
+	}
+}
+
+var gwAuthScript = []gwStep{
+	{name: "authenticate wrong password", method: "POST", path: "/v3/auth/authenticate", body: `{"name":"{{U:}}","password":"wrong"}`},
+	{name: "authenticate", method: "POST", path: "/v3/auth/authenticate", body: `{"name":"{{U:}}","password":"{{P:}}"}`},
+	{name: "range before", method: "POST", path: "/v3/kv/range", body: `{"key":"{{V:app/a}}"}`, auth: "token"},
+	{name: "put within the prefix", method: "POST", path: "/v3/kv/put", body: `{"key":"{{V:app/a}}","value":"{{V:v}}"}`, auth: "token", write: true},
+	{name: "range within the prefix", method: "POST", path: "/v3/kv/range", body: `{"key":"{{V:app/a}}"}`, auth: "token"},
+	{name: "range outside the prefix", method: "POST", path: "/v3/kv/range", body: `{"key":"{{V:other/a}}"}`, auth: "token"},
+	{name: "put outside the prefix", method: "POST", path: "/v3/kv/put", body: `{"key":"{{V:other/a}}","value":"{{V:v}}"}`, auth: "token"},
+	{name: "delete outside the prefix", method: "POST", path: "/v3/kv/deleterange", body: `{"key":"{{V:other/a}}"}`, auth: "token"},
+	{name: "txn outside the prefix", method: "POST", path: "/v3/kv/txn", body: `{"success":[{"request_put":{"key":"{{V:other/a}}","value":"{{V:v}}"}}]}`, auth: "token"},
+	// keel's refused watch carries the header of revision 0 and the etcd error's
+	// message as its cancel_reason; etcd's, its revision and the gRPC status's whole
+	// text ("rpc error: code = PermissionDenied desc = etcdserver: permission denied").
+	{name: "watch outside the prefix", method: "POST", path: "/v3/watch", body: `{"create_request":{"key":"{{V:other/a}}"}}`, auth: "token", lines: 1,
+		drop: []string{"header", "cancel_reason"}},
+	{name: "compaction without the right", method: "POST", path: "/v3/kv/compaction", body: `{"revision":"{{W:1}}"}`, auth: "token"},
+	{name: "unknown token", method: "POST", path: "/v3/kv/range", body: `{"key":"{{V:app/a}}"}`, auth: "no-such-token"},
+}
+
+func TestGatewayAuthAsEtcds(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	if err := os.Mkdir(filepath.Join(dir, "keel"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kc, _, httpAddr, stopKeel, err := launchKeel(filepath.Join(dir, "keel"), "-acl-default", "deny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopKeel()
+	var boot struct {
+		SecretID string `json:"secret_id"`
+	}
+	keelHTTP(t, httpAddr, "", "POST", "/v1/acl/bootstrap", "", &boot)
+	keelHTTP(t, httpAddr, boot.SecretID, "PUT", "/v1/acl/policies/app", `{"name":"app","keys":[{"prefix":"app/","access":"write"}]}`, nil)
+	var app struct {
+		SecretID string `json:"secret_id"`
+	}
+	keelHTTP(t, httpAddr, boot.SecretID, "POST", "/v1/acl/tokens", `{"policies":["app"]}`, &app)
+
+	ec, _, stopEtcd, err := launchEtcd(filepath.Join(dir, "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopEtcd()
+	for _, step := range []func() error{
+		func() error { _, err := ec.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := ec.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := ec.RoleAdd(ctx, "app"); return err },
+		func() error {
+			_, err := ec.RoleGrantPermission(ctx, "app", "app/", "app0", clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := ec.UserAdd(ctx, "app", "apppw"); return err },
+		func() error { _, err := ec.UserGrantRole(ctx, "app", "app"); return err },
+		func() error { _, err := ec.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("etcd auth set-up: %v", err)
+		}
+	}
+
+	runs := []*gwRun{
+		{srv: &server{name: "keel", c: kc, addr: kc.Endpoints()[0]}, user: "keel", password: app.SecretID},
+		{srv: &server{name: "etcd", c: ec, addr: ec.Endpoints()[0]}, user: "app", password: "apppw"},
+	}
+	for _, st := range gwAuthScript {
+		var norm [2]string
+		for i, r := range runs {
+			a, err := r.do(st)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", st.name, r.srv.name, err)
+			}
+			norm[i] = r.normAnswer(st, a)
+		}
+		t.Logf("%s: %s", st.name, norm[1])
+		if norm[0] != norm[1] {
+			t.Errorf("%s: %s %s\n keel: %s\n etcd: %s", st.name, st.method, st.path, norm[0], norm[1])
+		}
+	}
+}
+
+// keelHTTP sends one request to keel's HTTP API and decodes its JSON answer into out.
+func keelHTTP(t *testing.T, addr, secret, method, path, body string, out any) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v (%s)", method, path, err, b)
+		}
 	}
 }

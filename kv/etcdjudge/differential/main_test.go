@@ -62,32 +62,48 @@ func run(m *testing.M) int {
 // door on free loopback ports; it returns once the door answers with a leader and
 // /readyz is 200.
 func startKeel(dir string) (func(), error) {
-	bin := filepath.Join(dir, "keel")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/keel")
+	keelBin = filepath.Join(dir, "keel")
+	build := exec.Command("go", "build", "-o", keelBin, "./cmd/keel")
 	build.Dir = "../../.."
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
-	etcdAddr, httpAddr := freeport.Addr(), freeport.Addr()
-	logPath := filepath.Join(dir, "keel.log")
-	lf, err := os.Create(logPath)
+	c, etcdAddr, _, stop, err := launchKeel(dir)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "agent", "-dev", "-data-dir", filepath.Join(dir, "keel-data"), "-http-addr", httpAddr,
-		"-raft-addr", freeport.Addr(), "-etcd-addr", etcdAddr)
+	keelSrv = &server{name: "keel", c: c, addr: etcdAddr}
+	return stop, nil
+}
+
+// keelBin is the keel binary startKeel built.
+var keelBin string
+
+// launchKeel starts `keel agent -dev` (with extra flags) with its data and log under
+// dir and its etcd door on, on free loopback ports; it returns once the door answers
+// with a leader and /readyz is 200. stop closes c and ends the process.
+func launchKeel(dir string, extra ...string) (c *clientv3.Client, etcdAddr, httpAddr string, stop func(), err error) {
+	etcdAddr, httpAddr = freeport.Addr(), freeport.Addr()
+	logPath := filepath.Join(dir, "keel.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", "", nil, err
+	}
+	args := append([]string{"agent", "-dev", "-data-dir", filepath.Join(dir, "keel-data"), "-http-addr", httpAddr,
+		"-raft-addr", freeport.Addr(), "-etcd-addr", etcdAddr}, extra...)
+	cmd := exec.Command(keelBin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
-		return nil, err
+		return nil, "", "", nil, err
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); lf.Close(); close(done) }()
-	stop := func() {
-		if keelSrv != nil {
-			keelSrv.c.Close()
+	stop = func() {
+		if c != nil {
+			c.Close()
 		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -97,17 +113,16 @@ func startKeel(dir string) (func(), error) {
 			<-done
 		}
 	}
-	c, err := newClient(etcdAddr)
+	c, err = newClient(etcdAddr)
 	if err == nil {
 		err = waitReady(c, etcdAddr, httpAddr, done)
 	}
 	if err != nil {
 		stop()
 		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("%w\n%s", err, log)
+		return nil, "", "", nil, fmt.Errorf("%w\n%s", err, log)
 	}
-	keelSrv = &server{name: "keel", c: c, addr: etcdAddr}
-	return stop, nil
+	return c, etcdAddr, httpAddr, stop, nil
 }
 
 // waitReady polls Status until keel reports a leader and its /readyz is 200.
@@ -138,6 +153,17 @@ func waitReady(c *clientv3.Client, etcdAddr, httpAddr string, done chan struct{}
 
 // startEtcd starts an embedded one-member etcd on free loopback ports.
 func startEtcd(dir string) (func(), error) {
+	c, _, stop, err := launchEtcd(dir)
+	if err != nil {
+		return nil, err
+	}
+	etcdSrv = &server{name: "etcd", c: c, addr: c.Endpoints()[0]}
+	return stop, nil
+}
+
+// launchEtcd starts an embedded one-member etcd on free loopback ports, with its
+// data under dir; stop closes c and the server.
+func launchEtcd(dir string) (c *clientv3.Client, e *embed.Etcd, stop func(), err error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.LogLevel = "error"
@@ -147,23 +173,22 @@ func startEtcd(dir string) (func(), error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
+	e, err = embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		e.Close()
-		return nil, errors.New("etcd not ready within 30s")
+		return nil, nil, nil, errors.New("etcd not ready within 30s")
 	}
-	c, err := newClient(client)
+	c, err = newClient(client)
 	if err != nil {
 		e.Close()
-		return nil, err
+		return nil, nil, nil, err
 	}
-	etcdSrv = &server{name: "etcd", c: c, addr: client}
-	return func() { c.Close(); e.Close() }, nil
+	return c, e, func() { c.Close(); e.Close() }, nil
 }
 
 func newClient(addr string) (*clientv3.Client, error) {
