@@ -113,7 +113,9 @@ func (e *Server) serve(ln net.Listener) error {
 	g.http = &http.Server{
 		Handler:           e.httpHandler(mux),
 		ReadHeaderTimeout: time.Minute,
-		ErrorLog:          log.New(io.Discard, "", 0), // a client's error is not the server's
+		// An idle keep-alive connection holds one of the port's connection slots.
+		IdleTimeout: 5 * time.Minute,
+		ErrorLog:    log.New(io.Discard, "", 0), // a client's error is not the server's
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if rc, ok := c.(*routedConn); ok && rc.tls != nil {
 				return context.WithValue(ctx, tlsStateKey{}, rc.tls)

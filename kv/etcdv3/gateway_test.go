@@ -303,3 +303,34 @@ func TestGatewayGarbageIsHTTPs(t *testing.T) {
 		t.Errorf("garbage: %q %v, want HTTP/1.1 400", line, err)
 	}
 }
+
+// GET /health is etcd's: 503 with "RAFT NO LEADER" once the node loses its leader,
+// while ?serializable=true (a local read, no leader check) still answers healthy.
+func TestGatewayHealthWithoutLeader(t *testing.T) {
+	st := &kvtest.Leaderless{LocalStore: kvtest.New()}
+	core, err := kv.NewServer(kv.DefaultConfig(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveDoor(t, core)
+	st.Cut()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, c := range []struct {
+		query string
+		code  int
+		body  string
+	}{
+		{"", http.StatusServiceUnavailable, `{"health":"false","reason":"RAFT NO LEADER"}` + "\n"},
+		{"?serializable=true", http.StatusOK, `{"health":"true","reason":""}`},
+	} {
+		resp, err := hc.Get("http://" + addr + "/health" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || string(b) != c.body {
+			t.Errorf("GET /health%s: %d %q, want %d %q", c.query, resp.StatusCode, b, c.code, c.body)
+		}
+	}
+}
