@@ -1,6 +1,7 @@
 // Package etcdv3 is keel's etcd door: the etcd v3 gRPC API (KV, Watch, Lease, Cluster,
 // Maintenance, Auth's Authenticate, and gRPC health) on its own listener, so that etcd
-// clients work unchanged.
+// clients work unchanged; and, on the same listener, etcd's JSON gateway (POST /v3/...,
+// GET /version, /health) whose every call is a gRPC call of the door (gateway.go).
 //
 // DESIGN: this door translates; it owns no rule. Which room owns what:
 //   - rights (ACL tokens and policies), limits (key and value sizes, list and watch
@@ -10,7 +11,8 @@
 //     CheckTxnSize, Txn, Compact, the Lease* methods, Watch, Members, StateView;
 //     Config.MaxRequestBytes sizes the largest message, Config.MaxStreamInFlight the
 //     calls of one connection). A call runs for the [kv.Caller] admit resolved from
-//     the "token" metadata; a long stream asks the core to Refresh it.
+//     the "token" metadata (or, as etcd, "authorization"); a long stream asks the
+//     core to Refresh it.
 //   - etcd's own shapes: here, and only here. Range's sort, revision filters, count
 //     and limit (shapeRange), the translation of etcd's range end "\x00", watch IDs,
 //     filters and progress, lease TTL rounding, the header (member and cluster IDs

@@ -27,6 +27,11 @@ import (
 // serveDoor serves core's etcd door on a free port until the test ends; it returns
 // the port's address.
 func serveDoor(t *testing.T, core *kv.Server) string {
+	_, addr := serveDoorServer(t, core)
+	return addr
+}
+
+func serveDoorServer(t *testing.T, core *kv.Server) (*etcdv3.Server, string) {
 	t.Helper()
 	e := etcdv3.New(core)
 	ln := rt.Listen(t)
@@ -40,7 +45,7 @@ func serveDoor(t *testing.T, core *kv.Server) string {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return e, ln.Addr().String()
 }
 
 // post sends one gateway request and returns its status and body.
@@ -204,13 +209,13 @@ func TestGatewayAndGRPCOnOnePortTLS(t *testing.T) {
 
 // A watch over the gateway streams its answers as etcd's does: one JSON object a
 // line, {"result": ...}, the created answer first, then each event as it happens,
-// while the request's body has ended.
+// while the request's body has ended; Stop ends it at once.
 func TestGatewayWatchStreamsNDJSON(t *testing.T) {
 	core, err := kv.NewServer(kv.DefaultConfig(), kvtest.New(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := serveDoor(t, core)
+	e, addr := serveDoorServer(t, core)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v3/watch",
@@ -257,6 +262,19 @@ func TestGatewayWatchStreamsNDJSON(t *testing.T) {
 		if len(a.Result.Events) != 1 || a.Result.Events[0].KV.Key != b64("w/k") || a.Result.Events[0].KV.Value != b64(v) {
 			t.Fatalf("event of put %s: %+v", v, a)
 		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		e.Stop(sctx)
+		close(stopped)
+	}()
+	start := time.Now()
+	io.Copy(io.Discard, resp.Body) // the stream ends
+	<-stopped
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Stop with a gateway watch open took %v", d)
 	}
 }
 

@@ -71,7 +71,8 @@ type Server struct {
 
 // New returns the etcd door of s. It serves TLS when s does (with the same
 // certificates and client-certificate rule) and the same ACLs: an etcd client sends a
-// keel token as the "token" metadata (or gets it from Authenticate).
+// keel token as the "token" metadata, or "authorization" (the JSON gateway's
+// Authorization header), or gets it from Authenticate.
 func New(core *kv.Server) *Server {
 	e := &Server{core: core, health: health.NewServer(), stop: make(chan struct{})}
 	e.stopping, e.stopStreams = context.WithCancel(context.Background())
