@@ -352,3 +352,35 @@ func TestGatewayHealthWithoutLeader(t *testing.T) {
 		}
 	}
 }
+
+// A keepalive over the gateway is a complete answer, as Patroni reads it: one
+// {"result": ...} line, then the end of the body (the door ends the stream once the
+// request's body has ended, as etcd does).
+func TestGatewayKeepAliveEnds(t *testing.T) {
+	core, err := kv.NewServer(kv.DefaultConfig(), kvtest.NewLeading(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core.Start() // the lessor (the agent's HTTP door starts it)
+	t.Cleanup(core.Stop)
+	addr := serveDoor(t, core)
+	hc := &http.Client{Timeout: 10 * time.Second}
+	code, body := post(t, hc, "http://"+addr+"/v3/lease/grant", "", `{"TTL":"60"}`)
+	var grant struct{ ID, TTL string }
+	if err := json.Unmarshal([]byte(body), &grant); code != http.StatusOK || err != nil || grant.ID == "" {
+		t.Fatalf("grant: %d %s", code, body)
+	}
+	// The lessor leads from its first poll on: until then a keepalive is 503.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		code, body = post(t, hc, "http://"+addr+"/v3/lease/keepalive", "", `{"ID":"`+grant.ID+`"}`)
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
+	var ka struct {
+		Result struct{ ID, TTL string } `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(body), &ka); code != http.StatusOK || err != nil || ka.Result.ID != grant.ID || ka.Result.TTL != "60" {
+		t.Fatalf("keepalive: %d %q, want one result line with the lease's TTL", code, body)
+	}
+}
