@@ -150,8 +150,11 @@ func (e *Server) serve(ln net.Listener) error {
 			closed := e.closed
 			e.mu.Unlock()
 			if closed || errors.Is(err, net.ErrClosed) {
+				// Each server's Serve returns once its listener is closed (their
+				// connections live on until Stop), as gRPC's Serve(ln) did.
 				g.grpcLn.Close()
 				g.httpLn.Close()
+				g.memLn.Close()
 				return nil
 			}
 			// Out of descriptors, or a refused connection (the connection limits):
