@@ -136,10 +136,9 @@ func (e *Server) serve(ln net.Listener) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, l := range []net.Listener{g.grpcLn, g.memLn} {
-		wg.Add(1)
-		go func() { defer wg.Done(); e.grpc.Serve(l) }()
-	}
+	wg.Add(2)
+	go func() { defer wg.Done(); e.grpc.Serve(g.grpcLn) }()
+	go func() { defer wg.Done(); e.gwGRPC.Serve(g.memLn) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); g.http.Serve(g.httpLn) }()
 	var backoff time.Duration

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -382,5 +383,55 @@ func TestGatewayKeepAliveEnds(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(body), &ka); code != http.StatusOK || err != nil || ka.Result.ID != grant.ID || ka.Result.TTL != "60" {
 		t.Fatalf("keepalive: %d %q, want one result line with the lease's TTL", code, body)
+	}
+}
+
+// The gateway's calls share one in-process gRPC connection; the per-connection call
+// bound (MaxStreamInFlight) is a bound on one client's connection, not on every
+// gateway client together: more gateway watches than it, from clients whose own
+// budgets allow them, are all served.
+func TestGatewayNotBoundByOneConnectionsCalls(t *testing.T) {
+	cfg := kv.DefaultConfig()
+	cfg.MaxStreamInFlight = 4
+	core, err := kv.NewServer(cfg, kvtest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := serveDoorServer(t, core)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const watches = 8
+	created := make(chan error, watches)
+	for i := range watches {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v3/watch",
+				strings.NewReader(fmt.Sprintf(`{"create_request":{"key":"%s"}}`, b64(fmt.Sprintf("w/%d", i)))))
+			if err != nil {
+				created <- err
+				return
+			}
+			resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+			if err != nil {
+				created <- err
+				return
+			}
+			defer resp.Body.Close()
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if err == nil && !strings.Contains(line, `"created":true`) {
+				err = fmt.Errorf("first line %q", line)
+			}
+			created <- err
+			<-ctx.Done()
+		}()
+	}
+	for i := range watches {
+		select {
+		case err := <-created:
+			if err != nil {
+				t.Fatalf("watch %d: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d gateway watches created, with a per-connection bound of %d: the gateway's shared connection is bounded as one client's", i, watches, cfg.MaxStreamInFlight)
+		}
 	}
 }

@@ -39,6 +39,7 @@ const etcdKeyspaceEnd = "\xff"
 type Server struct {
 	core   *kv.Server
 	grpc   *grpc.Server
+	gwGRPC *grpc.Server // the same services for the gateway's in-process connection
 	health *health.Server
 	addr   string                                // set by Serve: the listener's address, for MemberList
 	gw     *gateway                              // set by Serve: the HTTP half (gateway.go)
@@ -83,13 +84,6 @@ func New(core *kv.Server) *Server {
 		grpc.InTapHandle(e.tap), // every call's slot (bounds.go)
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes()) + 4096),
-		// One connection carries at most MaxStreamInFlight calls at once (1,024 by
-		// default), as one stream-protocol connection carries at most that many
-		// requests: a client waits to open one more (HTTP/2 flow control, no error), and
-		// gRPC refuses a stream over it before it runs a handler or a goroutine.
-		// Without it one connection held 50,000 Watch streams (issue #33). etcd's
-		// clients multiplex their watches on a stream or a few.
-		grpc.MaxConcurrentStreams(uint32(min(cfg.MaxStreamInFlight, math.MaxUint32))),
 		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
 		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
 		// that would close their connections with "too many pings".
@@ -99,17 +93,32 @@ func New(core *kv.Server) *Server {
 	// Serve does the TLS handshake (with cfg.TLS) before it routes a connection to
 	// gRPC or to the JSON gateway (gateway.go): gRPC's credentials only report it.
 	opts = append(opts, grpc.Creds(handshaken{}))
-	e.grpc = grpc.NewServer(opts...)
-	pb.RegisterKVServer(e.grpc, etcdKV{e: e})
-	pb.RegisterWatchServer(e.grpc, etcdWatch{e: e})
-	pb.RegisterLeaseServer(e.grpc, etcdLease{e: e})
-	pb.RegisterClusterServer(e.grpc, etcdCluster{e: e})
-	pb.RegisterMaintenanceServer(e.grpc, etcdMaintenance{e: e})
-	pb.RegisterAuthServer(e.grpc, etcdAuth{e: e})
-	healthpb.RegisterHealthServer(e.grpc, e.health)
+	// One connection carries at most MaxStreamInFlight calls at once (1,024 by
+	// default), as one stream-protocol connection carries at most that many requests:
+	// a client waits to open one more (HTTP/2 flow control, no error), and gRPC
+	// refuses a stream over it before it runs a handler or a goroutine. Without it one
+	// connection held 50,000 Watch streams (issue #33). etcd's clients multiplex their
+	// watches on a stream or a few. The gateway's in-process connection carries every
+	// HTTP client's calls, so its server has no such bound: each call still takes its
+	// HTTP client's slot (tap), which bounds them per client.
+	e.grpc = e.newGRPC(append(opts, grpc.MaxConcurrentStreams(uint32(min(cfg.MaxStreamInFlight, math.MaxUint32))))...)
+	e.gwGRPC = e.newGRPC(opts...)
 	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	e.streaming = streamingMethods(e.grpc)
 	return e
+}
+
+// newGRPC is a gRPC server with the etcd API's services.
+func (e *Server) newGRPC(opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(opts...)
+	pb.RegisterKVServer(s, etcdKV{e: e})
+	pb.RegisterWatchServer(s, etcdWatch{e: e})
+	pb.RegisterLeaseServer(s, etcdLease{e: e})
+	pb.RegisterClusterServer(s, etcdCluster{e: e})
+	pb.RegisterMaintenanceServer(s, etcdMaintenance{e: e})
+	pb.RegisterAuthServer(s, etcdAuth{e: e})
+	healthpb.RegisterHealthServer(s, e.health)
+	return s
 }
 
 // Serve serves the etcd API on ln until Stop, gRPC and etcd's JSON gateway (and GET
@@ -156,11 +165,20 @@ func (e *Server) Stop(ctx context.Context) {
 		gw.stop(ctx)
 	}
 	done := make(chan struct{})
-	go func() { e.grpc.GracefulStop(); close(done) }()
+	go func() {
+		var wg sync.WaitGroup
+		for _, s := range []*grpc.Server{e.grpc, e.gwGRPC} {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.GracefulStop() }()
+		}
+		wg.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		e.grpc.Stop()
+		e.gwGRPC.Stop()
 		<-done
 	}
 }

@@ -165,6 +165,9 @@ var mutations = append([]Mutation{
 	{Name: "etcd-compare-lease-as-version", Bug: "the etcd door checks a LEASE compare as a version",
 		File: "kv/etcdv3/txn.go", Pkg: "./kv/etcdv3/", Run: "TestEtcd",
 		Old: "\t\tfc.Target = fsm.TargetLease\n", New: "\t\t_ = fsm.TargetLease\n"},
+	{Name: "gateway-bound-as-one-connection", Bug: "every JSON-gateway client shares one connection's call bound",
+		File: "kv/etcdv3/server.go", Pkg: "./kv/etcdv3/", Run: "TestGateway",
+		Old: "e.gwGRPC = e.newGRPC(opts...)", New: "e.gwGRPC = e.newGRPC(append(opts, grpc.MaxConcurrentStreams(uint32(min(cfg.MaxStreamInFlight, math.MaxUint32))))...)"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
