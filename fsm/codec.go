@@ -20,7 +20,9 @@ import (
 // op, and the lease command types; see lease_codec.go), or the transaction uses what
 // etcd's KV API adds (nested transactions, compares over a range or of a lease, the
 // Op fields PrevKV, IgnoreValue, IgnoreLease, Range and Txn), which needs V4 (V3 plus a
-// range end after each compare and an option block after each op; see codec_v4.go).
+// range end after each compare and an option block after each op; see codec_v4.go),
+// or the command grants a lease with an owner, which needs V5 (V4 plus the owner after
+// a grant's TTL; see lease_codec.go).
 // The range of formats a node can apply is reported in membership metadata, and
 // raft.Node refuses to propose a format that some voter cannot apply.
 const (
@@ -28,17 +30,21 @@ const (
 	CommandFormatV2 byte = 2
 	CommandFormatV3 byte = 3
 	CommandFormatV4 byte = 4
+	CommandFormatV5 byte = 5
 )
 
 // MinCommandFormat and MaxCommandFormat bound the formats DecodeCommand accepts.
 const (
 	MinCommandFormat = CommandFormatV1
-	MaxCommandFormat = CommandFormatV4
+	MaxCommandFormat = CommandFormatV5
 )
 
 // commandFormat is the format EncodeCommand uses for cmd.
 func commandFormat(cmd *Command) byte {
 	if isLeaseCommand(cmd.Type) {
+		if cmd.Type == CmdLeaseGrant && cmd.LeaseOwner != "" {
+			return CommandFormatV5
+		}
 		return CommandFormatV3
 	}
 	if cmd.Type == CmdTxn && cmd.Txn != nil {
@@ -104,7 +110,7 @@ func EncodeCommand(cmd *Command) ([]byte, error) {
 		b = appendBytes(b, []byte(cmd.ClusterID))
 		b = appendBytes(b, cmd.Secret)
 	case CmdLeaseGrant, CmdLeaseRevoke, CmdLeaseCheckpoint:
-		b = appendLeaseCommand(b, cmd)
+		b = appendLeaseCommand(b, cmd, format)
 	default:
 		return nil, fmt.Errorf("%w: unknown command type %d", ErrInvalidCommand, cmd.Type)
 	}
@@ -195,7 +201,7 @@ func DecodeCommand(data []byte) (*Command, error) {
 		if format < CommandFormatV3 {
 			d.Fail("lease command in format %d", format)
 		}
-		d.leaseCommand(cmd)
+		d.leaseCommand(cmd, format)
 	default:
 		if d.Err() == nil {
 			return nil, fmt.Errorf("%w: unknown command type %d", ErrCorrupt, cmd.Type)

@@ -48,8 +48,28 @@ func etcdCorpusCommands() []*Command {
 	}
 }
 
+// ownerCorpusCommands are format-5 commands (a lease grant with its owner) and what
+// uses the lease, for the fuzzers' seeds.
+func ownerCorpusCommands() []*Command {
+	return []*Command{
+		{Type: CmdLeaseGrant, LeaseID: 11, LeaseTTL: 30000, LeaseOwner: "p:app-writer\nteam-a"},
+		txn(Op{Type: OpPut, Key: []byte("lock/a"), Value: []byte("me"), Lease: 11}),
+	}
+}
+
+// ownerSnapshot is a format-4 snapshot: the corpus store with an owned lease too.
+func ownerSnapshot() []byte {
+	s := NewStore()
+	for i, c := range append(corpusCommands(), ownerCorpusCommands()...) {
+		s.ApplyCommand(uint64(i+1), c)
+	}
+	var buf bytes.Buffer
+	s.Snapshot().WriteTo(&buf)
+	return buf.Bytes()
+}
+
 func FuzzDecodeCommand(f *testing.F) {
-	for _, c := range append(corpusCommands(), etcdCorpusCommands()...) {
+	for _, c := range append(append(corpusCommands(), etcdCorpusCommands()...), ownerCorpusCommands()...) {
 		b, _ := EncodeCommand(c)
 		f.Add(b)
 	}
@@ -138,6 +158,7 @@ func corpusSnapshot() []byte {
 
 func FuzzRestore(f *testing.F) {
 	f.Add(corpusSnapshot())
+	f.Add(ownerSnapshot())
 	f.Add([]byte(snapshotMagic + "\x01"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := NewStore()
@@ -208,5 +229,10 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	}
 	eb, _ := EncodeResult(etcdResult())
 	writeNamed("FuzzDecodeResult", "etcd-result", eb)
+	for i, c := range ownerCorpusCommands() {
+		b, _ := EncodeCommand(c)
+		writeNamed("FuzzDecodeCommand", fmt.Sprintf("owner-%d", i), b)
+	}
 	write("FuzzRestore", 0, corpusSnapshot())
+	writeNamed("FuzzRestore", "owner", ownerSnapshot())
 }

@@ -72,7 +72,15 @@ type Lease struct {
 	Remaining int64
 	// CheckpointIndex is the log index of that command.
 	CheckpointIndex uint64
+	// Owner says who may use the lease, in words of the grant's proposer (package kv:
+	// the policies of the token that granted it); "" none. The state machine only
+	// keeps it: set by the grant, never changed, gone with the lease, in snapshots
+	// (format 4) and so on every node. At most MaxLeaseOwner bytes.
+	Owner string
 }
+
+// MaxLeaseOwner bounds Lease.Owner, in bytes.
+const MaxLeaseOwner = 16 << 10
 
 // Lease TTL limits, in milliseconds: 1 s ≤ TTL ≤ 1 day.
 const (
@@ -147,6 +155,23 @@ func (ls leaseState) clone() leaseState {
 
 func (ls leaseState) get(id int64) (*Lease, bool) { return ls.leases.Get(&Lease{ID: id}) }
 
+// snapshotFormat is the oldest snapshot format that holds ls (snapshot.go): 4 while
+// some lease has an owner, 3 once a lease was granted, else 2. It looks at every lease
+// in the worst case (none owned), a small cost beside the snapshot's keys.
+func (ls leaseState) snapshotFormat() byte {
+	if !ls.used {
+		return snapshotFormatV2
+	}
+	format := snapshotFormatV3
+	ls.leases.Ascend(func(l *Lease) bool {
+		if l.Owner != "" {
+			format = snapshotFormatV4
+		}
+		return format == snapshotFormatV3
+	})
+	return format
+}
+
 // attachLocked moves key's attachment from lease old to lease new (0 = none).
 func (s *Store) attachLocked(key []byte, old, new int64) {
 	if old == new {
@@ -162,19 +187,22 @@ func (s *Store) attachLocked(key []byte, old, new int64) {
 
 func validLeaseTTL(ttl int64) bool { return ttl >= MinLeaseTTL && ttl <= MaxLeaseTTL }
 
-// leaseGrantLocked creates lease id with ttl (ms).
-func (s *Store) leaseGrantLocked(id, ttl int64) *Result {
+// leaseGrantLocked creates lease id with ttl (ms), owned by owner.
+func (s *Store) leaseGrantLocked(id, ttl int64, owner string) *Result {
 	switch {
 	case id <= 0:
 		return &Result{Revision: s.cur.revision, Err: fmt.Errorf("%w: lease ID %d must be > 0", ErrInvalidCommand, id)}
 	case !validLeaseTTL(ttl):
 		return &Result{Revision: s.cur.revision, Err: fmt.Errorf("%w: lease TTL %d ms outside [%d, %d]",
 			ErrInvalidCommand, ttl, MinLeaseTTL, MaxLeaseTTL)}
+	case len(owner) > MaxLeaseOwner:
+		return &Result{Revision: s.cur.revision, Err: fmt.Errorf("%w: lease owner of %d bytes (at most %d)",
+			ErrInvalidCommand, len(owner), MaxLeaseOwner)}
 	}
 	if _, ok := s.cur.ls.get(id); ok {
 		return &Result{Revision: s.cur.revision, Err: fmt.Errorf("%w: %d", ErrLeaseExists, id)}
 	}
-	s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: id, TTL: ttl, Remaining: ttl, CheckpointIndex: s.cur.applied})
+	s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: id, TTL: ttl, Remaining: ttl, CheckpointIndex: s.cur.applied, Owner: owner})
 	s.cur.ls.used = true
 	s.cur.ls.noteChange(id)
 	return &Result{Revision: s.cur.revision, Succeeded: true}
@@ -195,7 +223,7 @@ func (s *Store) leaseCheckpointLocked(cps []LeaseCheckpoint) *Result {
 		}
 		s.cur.ls.noteChange(l.ID)
 		s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: l.ID, TTL: l.TTL, Remaining: min(max(cp.Remaining, 0), l.TTL),
-			CheckpointIndex: s.cur.applied})
+			CheckpointIndex: s.cur.applied, Owner: l.Owner})
 	}
 	return &Result{Revision: s.cur.revision, Succeeded: all}
 }

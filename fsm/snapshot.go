@@ -15,17 +15,22 @@ import (
 	"github.com/keel-kv/keel/internal/wire"
 )
 
-// Snapshot stream layout (format 3):
+// Snapshot stream layout (format 4):
 //
 //	"KEELSNAP" format:byte
 //	revision:varint compactRev:varint applied:uvarint clusterID:bytes secret:bytes
 //	{ key:bytes(non-empty) n:uvarint { value:bytes create:varint mod:varint version:varint encoding:bytes lease:varint }×n }*
 //	0:uvarint (end of keys)
-//	m:uvarint { id:varint ttl:varint remaining:varint checkpointIndex:uvarint }×m (leases, ascending IDs)
+//	m:uvarint { id:varint ttl:varint remaining:varint checkpointIndex:uvarint owner:bytes }×m (leases, ascending IDs)
 //	crc32c(everything before):4 bytes big-endian
 //
-// A store in which no lease was ever granted writes format 2, so that nodes of v0.9.0
-// restore its snapshots during a rolling upgrade.
+// Format 3 (v0.9.0) is format 4 without the owner of each lease. A snapshot is
+// written in the oldest format that holds it: format 4 only while some lease has an
+// owner (only a CommandFormatV5 grant makes one, which the format gate lets through
+// only once every voter applies it, so every voter restores format 4 too), format 3
+// while leases exist or were ever granted, and format 2 in a store in which no lease
+// was ever granted, so that nodes of v0.9.0 restore its snapshots during a rolling
+// upgrade.
 // Format 2 (v0.9.0) has no lease per version and no lease list; format 1 (earlier
 // releases) has no encoding per version either: its values are untagged. Both are
 // still restored. The lease → keys index is not stored: Restore rebuilds it from the
@@ -38,6 +43,7 @@ const (
 	snapshotFormatV1  = byte(1)
 	snapshotFormatV2  = byte(2)
 	snapshotFormatV3  = byte(3)
+	snapshotFormatV4  = byte(4)
 	maxSnapshotKey    = 1 << 20  // far above the API's 4 KiB key limit
 	maxSnapshotValue  = 64 << 20 // far above the API's value limit
 	maxSnapshotSecret = 1 << 10
@@ -69,10 +75,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(io.MultiWriter(cw, crc), 256<<10)
 	var b []byte
 	b = append(b, snapshotMagic...)
-	format := snapshotFormatV2
-	if sn.st.ls.used {
-		format = snapshotFormatV3
-	}
+	format := sn.st.ls.snapshotFormat()
 	b = append(b, format)
 	b = binary.AppendVarint(b, sn.st.revision)
 	b = binary.AppendVarint(b, sn.st.compactRev)
@@ -114,6 +117,9 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			b = binary.AppendVarint(b, l.TTL)
 			b = binary.AppendVarint(b, l.Remaining)
 			b = binary.AppendUvarint(b, l.CheckpointIndex)
+			if format >= snapshotFormatV4 {
+				b = appendBytes(b, []byte(l.Owner))
+			}
 			return true
 		})
 	}
@@ -211,9 +217,9 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 		return state{}, compactQueue{}, fmt.Errorf("%w: it does not start with %q", ErrNotSnapshot, snapshotMagic)
 	}
 	format := head[len(snapshotMagic)]
-	if format < snapshotFormatV1 || format > snapshotFormatV3 {
+	if format < snapshotFormatV1 || format > snapshotFormatV4 {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot format %d (this build reads %d..%d)",
-			ErrUnknownFormat, format, snapshotFormatV1, snapshotFormatV3)
+			ErrUnknownFormat, format, snapshotFormatV1, snapshotFormatV4)
 	}
 	st := state{tree: btree.NewG(btreeDegree, entryLess), ls: newLeaseState()}
 	st.revision = sr.Varint("revision")
@@ -285,7 +291,7 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 	}
 	if format >= snapshotFormatV3 {
 		st.ls.used = true
-		readSnapshotLeases(sr, &st)
+		readSnapshotLeases(sr, &st, format)
 	}
 	if err := sr.Err(); err != nil {
 		return state{}, compactQueue{}, err
@@ -305,14 +311,17 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 	return st, newCompactQueue(pending), nil
 }
 
-// readSnapshotLeases reads a format 3 snapshot's lease list into st and rebuilds the
-// lease → keys index.
-func readSnapshotLeases(sr *wire.Reader, st *state) {
+// readSnapshotLeases reads the lease list of a snapshot of format (3 or later) into
+// st and rebuilds the lease → keys index.
+func readSnapshotLeases(sr *wire.Reader, st *state, format byte) {
 	n := sr.Uvarint("lease count")
 	var prev int64
 	for i := uint64(0); i < n && sr.Err() == nil; i++ {
 		l := &Lease{ID: sr.Varint("lease id"), TTL: sr.Varint("lease ttl"), Remaining: sr.Varint("lease remaining"),
 			CheckpointIndex: sr.Uvarint("lease checkpoint index")}
+		if format >= snapshotFormatV4 {
+			l.Owner = string(sr.Bytes("lease owner", MaxLeaseOwner))
+		}
 		switch {
 		case sr.Err() != nil:
 			return

@@ -189,7 +189,7 @@ func (s *Store) execLocked(cmd *Command) *Result {
 		}
 		return &Result{Revision: s.cur.revision, Succeeded: true}
 	case CmdLeaseGrant:
-		return s.leaseGrantLocked(cmd.LeaseID, cmd.LeaseTTL)
+		return s.leaseGrantLocked(cmd.LeaseID, cmd.LeaseTTL, cmd.LeaseOwner)
 	case CmdLeaseRevoke:
 		return s.leaseRevokeLocked(cmd.LeaseIDs)
 	case CmdLeaseCheckpoint:

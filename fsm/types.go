@@ -234,7 +234,8 @@ const (
 	CmdTxn         CommandType = 1 // run Command.Txn
 	CmdCompact     CommandType = 2 // compact history up to Command.Revision (inclusive)
 	CmdClusterMeta CommandType = 3 // set cluster ID and secret once; later ones are no-ops
-	// Lease commands (CommandFormatV3, see lease.go).
+	// Lease commands (CommandFormatV3, a grant with an owner CommandFormatV5; see
+	// lease.go).
 	CmdLeaseGrant      CommandType = 4 // create lease Command.LeaseID with Command.LeaseTTL
 	CmdLeaseRevoke     CommandType = 5 // delete leases Command.LeaseIDs and their keys at one revision
 	CmdLeaseCheckpoint CommandType = 6 // set Remaining of leases (Command.Checkpoints)
@@ -251,6 +252,7 @@ type Command struct {
 
 	LeaseID     int64             // CmdLeaseGrant
 	LeaseTTL    int64             // CmdLeaseGrant, milliseconds
+	LeaseOwner  string            // CmdLeaseGrant: Lease.Owner ("" none; else CommandFormatV5)
 	LeaseIDs    []int64           // CmdLeaseRevoke
 	Checkpoints []LeaseCheckpoint // CmdLeaseCheckpoint
 }

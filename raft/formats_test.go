@@ -81,3 +81,27 @@ func TestFormatGateCoversV4(t *testing.T) {
 		t.Fatalf("format-4 command at the newest format: %v %+v", err, res)
 	}
 }
+
+// TestFormatGateCoversV5: a lease grant with an owner (fsm.CommandFormatV5) is newer
+// than what a voter of the etcd-API release applies (4): while the limit is 4 it is
+// refused before it is proposed, no lease granted; the same grant without owner
+// (format 3) still goes; at the newest format the owned grant applies.
+func TestFormatGateCoversV5(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.nodes[c.leader()]
+	owned := &fsm.Command{Type: fsm.CmdLeaseGrant, LeaseID: 7, LeaseTTL: 60_000, LeaseOwner: "p:a"}
+	n.SetCommandFormatLimit(fsm.CommandFormatV4)
+	if _, err := n.Apply(context.Background(), owned); !errors.Is(err, ErrFormatNotAgreed) {
+		t.Fatalf("owned grant with the limit at 4: %v, want ErrFormatNotAgreed", err)
+	}
+	if _, ok := n.Store().View().Lease(7); ok {
+		t.Fatal("lease 7 granted by a refused command")
+	}
+	n.SetCommandFormatLimit(fsm.MaxCommandFormat)
+	if res, err := n.Apply(context.Background(), owned); err != nil || res.Err != nil {
+		t.Fatalf("owned grant at the newest format: %v %+v", err, res)
+	}
+	if l, _ := n.Store().View().Lease(7); l.Owner != "p:a" {
+		t.Fatalf("lease 7 owner %q, want p:a", l.Owner)
+	}
+}
