@@ -146,8 +146,8 @@ func listRights(ctx context.Context, start, end []byte) (*acl.Authorizer, error)
 
 // checkTxnAccess refuses a KV API transaction unless az (nil: ACLs not enforced) may
 // read every key (or range) it compares or gets and write every key it puts or
-// deletes, in both branches, nested transactions (OpTxn) included. A put's lease
-// needs no right of its own: rights on a lease follow its keys (core_lease.go).
+// deletes, in both branches, nested transactions (OpTxn) included. A put's lease is
+// checkTxnLeases' (core_lease.go).
 func checkTxnAccess(az *acl.Authorizer, txn *fsm.Txn) error {
 	if az == nil || txn == nil {
 		return nil

@@ -54,7 +54,7 @@ func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn, opts TxnOptions) (*
 	}
 	az := authzOf(ctx)
 	if !s.skipLocalTxnCheck {
-		if err := s.checkTxn(az, txn); err != nil {
+		if err := s.checkTxn(ctx, az, txn); err != nil {
 			return nil, err
 		}
 	}
@@ -62,14 +62,18 @@ func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn, opts TxnOptions) (*
 }
 
 // checkTxn is the one check of a KV API transaction before it is applied: the token's
-// rights on every key it touches (checkTxnAccess; az nil when ACLs are not enforced)
-// and the reserved prefixes (checkReservedWrites). The node that takes the request
-// runs it, and so does the leader a follower forwards the transaction to.
-func (s *Server) checkTxn(az *acl.Authorizer, txn *fsm.Txn) error {
+// rights on every key it touches (checkTxnAccess; az nil when ACLs are not enforced),
+// the reserved prefixes (checkReservedWrites) and its right on every lease a put
+// attaches a key to (checkTxnLeases). The node that takes the request runs it, and so
+// does the leader a follower forwards the transaction to.
+func (s *Server) checkTxn(ctx context.Context, az *acl.Authorizer, txn *fsm.Txn) error {
 	if err := checkTxnAccess(az, txn); err != nil {
 		return err
 	}
-	return s.checkReservedWrites(txn)
+	if err := s.checkReservedWrites(txn); err != nil {
+		return err
+	}
+	return s.checkTxnLeases(Caller{az: az}.context(ctx), txn)
 }
 
 // viewAt returns a view that can answer reads at rev with consistency c. A read at an

@@ -202,13 +202,14 @@ func (s *Server) StateView(ctx context.Context, c Caller) (*fsm.View, error) {
 
 // LeaseGrant grants lease id (0: a new random ID) for ttl seconds and returns its ID.
 // TTLs outside [api.MinLeaseTTL, api.MaxLeaseTTL] are refused; c needs a write right
-// on some key prefix, and the per-token lease bound applies.
+// on some key prefix, and the per-token lease bound applies. Under ACLs the lease is
+// c's policies' from then on (core_lease.go): only they and a management token use it.
 func (s *Server) LeaseGrant(ctx context.Context, c Caller, id, ttl int64) (int64, error) {
 	return s.grantLease(c.context(ctx), id, ttl)
 }
 
-// LeaseRevoke revokes lease id and deletes its keys at one revision; c needs the
-// write right on each of its keys.
+// LeaseRevoke revokes lease id and deletes its keys at one revision; c must be its
+// owner (core_lease.go) and need the write right on each of its keys.
 func (s *Server) LeaseRevoke(ctx context.Context, c Caller, id int64) (api.LeaseRevokeResponse, error) {
 	if err := s.CheckLeases(c); err != nil {
 		return api.LeaseRevokeResponse{}, err
@@ -220,7 +221,7 @@ func (s *Server) LeaseRevoke(ctx context.Context, c Caller, id int64) (api.Lease
 }
 
 // LeaseKeepAlive renews lease id at the leader and returns the time it has left
-// (fsm.ErrLeaseNotFound when it does not exist).
+// (fsm.ErrLeaseNotFound when it does not exist); c must be its owner (core_lease.go).
 func (s *Server) LeaseKeepAlive(ctx context.Context, c Caller, id int64) (time.Duration, error) {
 	if err := s.CheckLeases(c); err != nil {
 		return 0, err
@@ -231,8 +232,9 @@ func (s *Server) LeaseKeepAlive(ctx context.Context, c Caller, id int64) (time.D
 	return s.keepAliveLease(c.context(ctx), id)
 }
 
-// LeaseTimeToLive returns lease id with its keys and time left, to a caller that may
-// read every key attached (fsm.ErrLeaseNotFound when it does not exist).
+// LeaseTimeToLive returns lease id with its keys and time left, to its owner
+// (core_lease.go) if it may read every key attached (fsm.ErrLeaseNotFound when it
+// does not exist).
 func (s *Server) LeaseTimeToLive(ctx context.Context, c Caller, id int64) (api.LeaseResponse, error) {
 	if err := s.CheckLeases(c); err != nil {
 		return api.LeaseResponse{}, err
@@ -265,7 +267,7 @@ func checkLeaseRef(id int64) error {
 	return checkLeaseID(id)
 }
 
-// Leases lists the leases c could look up (LeaseTimeToLive).
+// Leases lists the leases c may use: under ACLs, those it owns (core_lease.go).
 func (s *Server) Leases(ctx context.Context, c Caller, cons fsm.Consistency) (api.LeaseListResponse, error) {
 	return s.listLeases(c.context(ctx), cons)
 }

@@ -52,7 +52,7 @@ func (s *Server) checkForwarded(ctx context.Context, caller []byte, cmd *fsm.Com
 	}
 	az, err := s.callerAuthz(ctx, caller)
 	if err == nil {
-		err = s.checkTxn(az, cmd.Txn)
+		err = s.checkTxn(ctx, az, cmd.Txn)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w: the leader re-checked the forwarded write: %v", raft.ErrCallerRefused, ErrForbidden, err)

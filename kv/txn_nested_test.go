@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -27,7 +28,7 @@ func nestTxn(op fsm.Op) *fsm.Txn {
 func TestCheckTxnNested(t *testing.T) {
 	s := &Server{}
 	az := acl.NewAuthorizer(api.ACLPolicy{Keys: []api.ACLKeyRule{{Prefix: "a/", Access: api.AccessWrite}}})
-	if err := s.checkTxn(az, nestTxn(fsm.Op{Type: fsm.OpPut, Key: []byte("a/z"), Value: []byte{}})); err != nil {
+	if err := s.checkTxn(context.Background(), az, nestTxn(fsm.Op{Type: fsm.OpPut, Key: []byte("a/z"), Value: []byte{}})); err != nil {
 		t.Fatalf("a nested put within the token's rights: %v", err)
 	}
 	for name, txn := range map[string]*fsm.Txn{
@@ -38,12 +39,12 @@ func TestCheckTxnNested(t *testing.T) {
 			Compares: []fsm.Compare{{Key: []byte("a/"), End: []byte("b0"), Target: fsm.TargetVersion}}}}),
 		"ranged compare": {Compares: []fsm.Compare{{Key: []byte("a/"), End: []byte{}, Target: fsm.TargetLease}}},
 	} {
-		if err := s.checkTxn(az, txn); !errors.Is(err, ErrForbidden) {
+		if err := s.checkTxn(context.Background(), az, txn); !errors.Is(err, ErrForbidden) {
 			t.Errorf("%s: %v, want ErrForbidden", name, err)
 		}
 	}
 	reserved := nestTxn(fsm.Op{Type: fsm.OpPut, Key: []byte(versions.SystemPrefix + "x"), Value: []byte{}})
-	if err := s.checkTxn(nil, reserved); !errors.Is(err, ErrReservedPrefix) {
+	if err := s.checkTxn(context.Background(), nil, reserved); !errors.Is(err, ErrReservedPrefix) {
 		t.Fatalf("a nested put under %q: %v, want ErrReservedPrefix", versions.SystemPrefix, err)
 	}
 }

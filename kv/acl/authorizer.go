@@ -2,6 +2,7 @@ package acl
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
@@ -16,7 +17,8 @@ type Authorizer struct {
 	keys      []api.ACLKeyRule
 	resources []api.ACLResourceRule
 	operator  map[string]bool
-	guard     Guard // typed resources' key ranges (guard.go); nil: none
+	guard     Guard    // typed resources' key ranges (guard.go); nil: none
+	policies  []string // names of the policies granting the rights, sorted, each once
 }
 
 // NewAuthorizer returns the rights the policies grant together, for no token in
@@ -25,13 +27,40 @@ type Authorizer struct {
 func NewAuthorizer(policies ...api.ACLPolicy) *Authorizer {
 	a := &Authorizer{operator: map[string]bool{}}
 	for _, p := range policies {
+		a.policies = append(a.policies, p.Name)
 		a.keys = append(a.keys, p.Keys...)
 		a.resources = append(a.resources, p.Resources...)
 		for _, r := range p.Operator {
 			a.operator[r] = true
 		}
 	}
+	slices.Sort(a.policies)
+	a.policies = slices.Compact(a.policies)
 	return a
+}
+
+// Policies returns the names of the policies that grant the token its rights, sorted,
+// each once (a policy the token names that does not exist is not among them). The
+// caller must not modify the slice.
+func (a *Authorizer) Policies() []string {
+	if a == nil {
+		return nil
+	}
+	return a.policies
+}
+
+// HoldsPolicies reports whether every policy of names grants the token its rights
+// (true for none; a nil Authorizer, which allows everything, holds them all).
+func (a *Authorizer) HoldsPolicies(names []string) bool {
+	if a == nil {
+		return true
+	}
+	for _, n := range names {
+		if _, ok := slices.BinarySearch(a.Policies(), n); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // WithGuard returns a copy of a that checks raw reads of typed resources' keys

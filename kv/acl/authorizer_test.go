@@ -1,6 +1,7 @@
 package acl
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/keel-kv/keel/fsm"
@@ -173,5 +174,28 @@ func TestResourceRightsAnyWrite(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("#%d %s = %v, want %v", i, c.name, c.got, c.want)
 		}
+	}
+}
+
+// TestHoldsPolicies: a token holds the policies that grant it its rights, sorted and
+// each once; HoldsPolicies asks for every one of them (the lease owner rule of kv).
+func TestHoldsPolicies(t *testing.T) {
+	a := NewAuthorizer(api.ACLPolicy{Name: "b"}, api.ACLPolicy{Name: "a"}, api.ACLPolicy{Name: "b"})
+	if got := a.Policies(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Policies = %q, want [a b]", got)
+	}
+	for i, tc := range []struct {
+		names []string
+		want  bool
+	}{
+		{nil, true}, {[]string{"a"}, true}, {[]string{"a", "b"}, true}, {[]string{"a", "c"}, false}, {[]string{""}, false},
+	} {
+		if got := a.HoldsPolicies(tc.names); got != tc.want {
+			t.Errorf("#%d: HoldsPolicies(%q) = %v, want %v", i, tc.names, got, tc.want)
+		}
+	}
+	var none *Authorizer
+	if none.Policies() != nil || !none.HoldsPolicies([]string{"a"}) {
+		t.Error("a nil Authorizer (everything allowed) lists policies or does not hold one")
 	}
 }

@@ -59,7 +59,7 @@ func (l etcdLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReq
 	return resp, nil
 }
 
-// LeaseLeases serves Lease.LeaseLeases: the leases the token could look up.
+// LeaseLeases serves Lease.LeaseLeases: the leases the token may use (the core's Leases).
 func (l etcdLease) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	list, err := l.e.core.Leases(ctx, callerOf(ctx), fsm.Linearizable)
 	if err != nil {

@@ -109,7 +109,7 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	case rt.Put:
 		r := &pb.PutRequest{Key: key, Value: op.PutValue()}
 		if op.Lease {
-			r.Lease = d.f.Lease
+			r.Lease = d.f.LeaseOf(op)
 		}
 		_, err = d.kv.Put(ctx, r)
 	case rt.Delete, rt.DeleteRange:
@@ -134,13 +134,20 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 	case rt.LeaseGrant:
 		_, err = d.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 600})
 	case rt.LeaseKeepAlive:
-		err = d.keepAliveOnce(ctx)
+		err = d.keepAliveOnce(ctx, op)
 	case rt.LeaseRevoke:
-		_, err = d.lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: d.f.Lease})
+		_, err = d.lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: d.f.LeaseOf(op)})
 	case rt.LeaseTimeToLive:
-		_, err = d.lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: d.f.Lease, Keys: true})
+		_, err = d.lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: d.f.LeaseOf(op), Keys: true})
 	case rt.LeaseList:
-		_, err = d.lease.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
+		var resp *pb.LeaseLeasesResponse
+		if resp, err = d.lease.LeaseLeases(ctx, &pb.LeaseLeasesRequest{}); err == nil {
+			a := rt.Answer{}
+			for _, l := range resp.Leases {
+				a.Leases = append(a.Leases, l.ID)
+			}
+			return a
+		}
 	case rt.Compact:
 		_, err = d.kv.Compact(ctx, &pb.CompactionRequest{Revision: op.Revision})
 	case rt.MemberList:
@@ -203,14 +210,14 @@ func reasonError(reason string) error {
 	return status.Error(codes.Unknown, reason)
 }
 
-// keepAliveOnce renews the fixture's lease once on a keepalive stream.
-func (d *etcdDoor) keepAliveOnce(ctx context.Context) error {
+// keepAliveOnce renews op's lease once on a keepalive stream.
+func (d *etcdDoor) keepAliveOnce(ctx context.Context, op rt.Op) error {
 	stream, err := d.lease.LeaseKeepAlive(ctx)
 	if err != nil {
 		return err
 	}
 	defer stream.CloseSend()
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: d.f.Lease}); err != nil && !errors.Is(err, io.EOF) {
+	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: d.f.LeaseOf(op)}); err != nil && !errors.Is(err, io.EOF) {
 		return err // io.EOF: the server ended the stream, and Recv says why
 	}
 	_, err = stream.Recv()
@@ -284,6 +291,14 @@ func TestEtcdRightsTable(t *testing.T) {
 	gone := f.NewToken(t, rt.Policies[rt.NeedRead].Name)
 	f.DeleteToken(t, gone)
 	rt.RunUnauthorizedCases(t, f, d, gone.SecretID, "a deleted token")
+}
+
+// TestEtcdLeaseOwner: a lease is its granter's on etcd's Lease API — another
+// tenant's token neither lists it (LeaseLeases) nor renews, looks up or revokes it,
+// with keys attached or not; a token of the owner's policy and a management token do.
+func TestEtcdLeaseOwner(t *testing.T) {
+	f := rt.New(t)
+	rt.RunLeaseOwnerCases(t, f, newEtcdDoor(t, f))
 }
 
 // TestEtcdRulesTable: the rules table (key limits and UTF-8, the value limit, the

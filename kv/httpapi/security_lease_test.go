@@ -9,22 +9,23 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// TestLeaseRightsFollowKeys: a lease holding app/ keys is neither shown nor revocable
-// by a writer of other/ only, on HTTP and on the stream; a writer of app/ revokes it.
+// TestLeaseRightsFollowKeys: a lease holding app/ keys, granted by a writer of app/,
+// is neither shown nor revocable by a writer of other/ only, on HTTP and on the
+// stream; its owner revokes it.
 //
-//	lease L: app/session-1, app/session-2 (root's)
+//	lease L: app/session-1, app/session-2 (granted by app)
 //	other (write other/):  GET L 403, list without L, DELETE L 403, stream revoke 403
 //	app   (write app/):    list with L, DELETE L 200 (both keys deleted)
 func TestLeaseRightsFollowKeys(t *testing.T) {
 	as := newACLServer(t)
-	var g api.LeaseGrantResponse
-	as.mustAs(as.root, http.MethodPost, api.PathLeases, []byte(`{"ttl":60}`), http.StatusOK, &g)
-	id := strconv.FormatInt(g.ID, 10)
-	for _, k := range []string{"app/session-1", "app/session-2"} {
-		as.mustAs(as.root, http.MethodPut, api.PathKV+k+"?lease="+id, []byte("v"), http.StatusOK, nil)
-	}
 	other := as.tokenFor("other-write", "other/", api.AccessWrite)
 	app := as.tokenFor("app-write", "app/", api.AccessWrite)
+	var g api.LeaseGrantResponse
+	as.mustAs(app, http.MethodPost, api.PathLeases, []byte(`{"ttl":60}`), http.StatusOK, &g)
+	id := strconv.FormatInt(g.ID, 10)
+	for _, k := range []string{"app/session-1", "app/session-2"} {
+		as.mustAs(app, http.MethodPut, api.PathKV+k+"?lease="+id, []byte("v"), http.StatusOK, nil)
+	}
 
 	if code, b := as.doAs(other, http.MethodGet, api.PathLeases+"/"+id, nil); code != http.StatusForbidden ||
 		bytes.Contains(b, []byte("app/")) {

@@ -80,7 +80,7 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) (r api.StreamRequest, ok bo
 	case rt.Put:
 		r.Op, r.Value = api.StreamPut, op.PutValue()
 		if op.Lease {
-			r.HasLease, r.LeaseID = true, d.f.Lease
+			r.HasLease, r.LeaseID = true, d.f.LeaseOf(op)
 		}
 	case rt.Delete:
 		r.Op, r.HasPrev, r.PrevRevision = api.StreamDelete, op.HasPrev, op.Prev
@@ -100,9 +100,9 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) (r api.StreamRequest, ok bo
 	case rt.LeaseGrant:
 		r.Op, r.TTL = api.StreamLeaseGrant, 600*time.Second
 	case rt.LeaseKeepAlive:
-		r.Op, r.LeaseID = api.StreamLeaseKeepAlive, d.f.Lease
+		r.Op, r.LeaseID = api.StreamLeaseKeepAlive, d.f.LeaseOf(op)
 	case rt.LeaseRevoke:
-		r.Op, r.LeaseID = api.StreamLeaseRevoke, d.f.Lease
+		r.Op, r.LeaseID = api.StreamLeaseRevoke, d.f.LeaseOf(op)
 	case rt.LeaseTimeToLive, rt.LeaseList, rt.Compact, rt.MemberList, rt.MemberRemove, rt.HashKV, rt.Snapshot:
 		return r, false // HTTP's (and etcd's) alone
 	default:
@@ -178,6 +178,14 @@ func TestStreamRightsTable(t *testing.T) {
 }
 
 // TestStreamRulesTable: the rules table (key limits and UTF-8, the value limit, the
+// TestStreamLeaseOwner: a lease is its granter's on the stream protocol — another
+// tenant's token neither renews nor revokes it, with keys attached or not; a token
+// of the owner's policy and a management token renew it.
+func TestStreamLeaseOwner(t *testing.T) {
+	f := rt.New(t)
+	rt.RunLeaseOwnerCases(t, f, newStreamDoor(f))
+}
+
 // reserved prefix, duplicate keys) over the stream protocol, with every right.
 func TestStreamRulesTable(t *testing.T) {
 	f := rt.New(t)

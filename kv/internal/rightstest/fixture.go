@@ -35,12 +35,8 @@ type Fixture struct {
 // records as on a node) and sets up the fixture over HTTP.
 func New(t *testing.T) *Fixture {
 	t.Helper()
-	st := kvtest.NewLeading()
-	f := &Fixture{Store: st, Lacking: map[Right]string{}}
-	f.Srv, f.Addr = serve(t, st)
-	var boot api.ACLToken
-	f.MustHTTP(t, "", http.MethodPost, api.PathACLBootstrap, "", &boot)
-	f.Mgmt = boot.SecretID
+	f := NewOpen(t)
+	f.Bootstrap(t)
 	for right, p := range Policies {
 		f.MustHTTP(t, f.Mgmt, http.MethodPut, api.PathACLPolicies+"/"+p.Name, string(MustJSON(p)), nil)
 		f.Lacking[right] = f.NewToken(t, p.Name).SecretID
@@ -50,12 +46,37 @@ func New(t *testing.T) *Fixture {
 	var lease api.LeaseGrantResponse
 	f.MustHTTP(t, f.Mgmt, http.MethodPost, api.PathLeases, `{"ttl":600}`, &lease)
 	f.Lease = lease.ID
-	// The lessor leads from its first poll on: until then a keepalive is 503.
+	f.WaitLessor(t, f.Lease)
+	return f
+}
+
+// NewOpen is a fixture without ACLs (no bootstrap yet, no token, keys or lease): for
+// what happens before Bootstrap.
+func NewOpen(t *testing.T) *Fixture {
+	t.Helper()
+	st := kvtest.NewLeading()
+	f := &Fixture{Store: st, Lacking: map[Right]string{}}
+	f.Srv, f.Addr = serve(t, st)
+	return f
+}
+
+// Bootstrap bootstraps the ACL system; Mgmt is the management token from then on.
+func (f *Fixture) Bootstrap(t *testing.T) {
+	t.Helper()
+	var boot api.ACLToken
+	f.MustHTTP(t, "", http.MethodPost, api.PathACLBootstrap, "", &boot)
+	f.Mgmt = boot.SecretID
+}
+
+// WaitLessor waits until lease id's keepalive is served (as Mgmt): the lessor leads
+// from its first poll on, and until then a keepalive is 503.
+func (f *Fixture) WaitLessor(t *testing.T, id int64) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, b := f.HTTPDo(t, f.Mgmt, http.MethodPost, fmt.Sprintf("%s/%d/keepalive", api.PathLeases, f.Lease), "")
+		code, b := f.HTTPDo(t, f.Mgmt, http.MethodPost, fmt.Sprintf("%s/%d/keepalive", api.PathLeases, id), "")
 		if code == http.StatusOK {
-			return f
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("lease keepalive still %d %s after 10s", code, b)

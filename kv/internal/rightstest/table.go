@@ -30,6 +30,10 @@ const (
 	NeedRead  Right = "read on the key"
 	NeedWrite Right = "write on the key"
 	NeedLease Right = "write on some key prefix (leases)"
+	// NeedLeaseOwner is the right on one lease: holding every policy of the token
+	// that granted it (lease_owner.go), or the management right. The fixture's lease
+	// is the management token's; the token lacking the right writes other/ alone.
+	NeedLeaseOwner Right = "owner of the lease"
 	// NeedReadAll is the read right on every key of a range; the token lacking it may
 	// read Key but not Beside (see PartialRead for the answer it gets).
 	NeedReadAll  Right = "read on every key of the range"
@@ -66,15 +70,18 @@ const (
 type Op struct {
 	Kind         Kind
 	Key          string
-	Serializable bool   // get
-	Revision     int64  // get: 0 = latest; compact: the revision
-	Prefix       bool   // watch
-	Lease        bool   // put: attach to the fixture's lease
-	Value        []byte // put: nil = "v"
-	Txn          api.TxnRequest
-	Limit        int64 // range: at most this many keys (0: no limit)
-	HasPrev      bool  // delete: guarded on the key's mod revision being Prev
-	Prev         int64 // delete: with HasPrev
+	Serializable bool  // get
+	Revision     int64 // get: 0 = latest; compact: the revision
+	Prefix       bool  // watch
+	Lease        bool  // put: attach to the fixture's lease
+	// LeaseID is the lease a put with Lease and the lease operations name; 0: the
+	// fixture's (Fixture.LeaseOf).
+	LeaseID int64
+	Value   []byte // put: nil = "v"
+	Txn     api.TxnRequest
+	Limit   int64 // range: at most this many keys (0: no limit)
+	HasPrev bool  // delete: guarded on the key's mod revision being Prev
+	Prev    int64 // delete: with HasPrev
 	// Body is a txn's request as the KV API's JSON body, sent as is instead of Txn (a
 	// door that carries no JSON body, etcd's, does not serve it).
 	Body []byte
@@ -129,6 +136,10 @@ var Cases = []Case{
 	{"lease keepalive", NeedLease, Op{Kind: LeaseKeepAlive}},
 	{"lease revoke", NeedLease, Op{Kind: LeaseRevoke}},
 	{"lease time to live", NeedLease, Op{Kind: LeaseTimeToLive}},
+	{"lease keepalive by another tenant", NeedLeaseOwner, Op{Kind: LeaseKeepAlive}},
+	{"lease revoke by another tenant", NeedLeaseOwner, Op{Kind: LeaseRevoke}},
+	{"lease time to live by another tenant", NeedLeaseOwner, Op{Kind: LeaseTimeToLive}},
+	{"put with another tenant's lease", NeedLeaseOwner, Op{Kind: Put, Key: Other + "k", Lease: true}},
 	{"lease list", NeedLease, Op{Kind: LeaseList}},
 	{"range read in part", NeedReadAll, Op{Kind: Range, Key: "app/"}},
 	{"compact", NeedCompact, Op{Kind: Compact, Revision: 1}},
@@ -173,6 +184,8 @@ type Answer struct {
 	Fixed       bool
 	Keys        []string
 	NotServed   bool
+	// Leases are the IDs a lease list answered, in order.
+	Leases []int64
 }
 
 // NotServed is a door's answer to an operation it does not carry: etcd's HashKV
@@ -200,10 +213,13 @@ var Policies = map[Right]api.ACLPolicy{
 	// read app/x (Key) alone of app/, write other/: a range of app/ is read in part.
 	NeedReadAll: {Name: "read-part", Keys: []api.ACLKeyRule{{Prefix: Key, Access: api.AccessRead},
 		{Prefix: Other, Access: api.AccessWrite}}, Operator: []string{api.RightAll}},
-	NeedCompact:  lacksOperator("no-compact", api.RightCompact),
-	NeedMembers:  lacksOperator("no-members", api.RightMembers),
-	NeedSnapshot: lacksOperator("no-snapshot", api.RightSnapshot),
-	NeedPeers:    lacksOperator("no-peers", api.RightPeers),
+	// write other/ alone: leases allowed, the fixture's lease (the management
+	// token's, no key attached) not its own.
+	NeedLeaseOwner: {Name: "not-lease-owner", Keys: []api.ACLKeyRule{{Prefix: Other, Access: api.AccessWrite}}},
+	NeedCompact:    lacksOperator("no-compact", api.RightCompact),
+	NeedMembers:    lacksOperator("no-members", api.RightMembers),
+	NeedSnapshot:   lacksOperator("no-snapshot", api.RightSnapshot),
+	NeedPeers:      lacksOperator("no-peers", api.RightPeers),
 }
 
 // lacksOperator is a policy with every key and resource right and every operator
