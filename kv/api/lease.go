@@ -12,7 +12,9 @@ package api
 // a put without a lease detaches the key. IDs are positive integers below 2^53 (exact
 // in JSON numbers everywhere). Leases need every voter to apply command format 3
 // (v0.9.0 and later): until then grants and lease puts are refused with 503
-// Unavailable, nothing written.
+// Unavailable, nothing written. Under ACLs a lease is the granting token's policies'
+// (docs/api.md "Who may use a lease"): any other token but a management one gets 403
+// for it, and a grant needs command format 5.
 const PathLeases = "/v1/leases"
 
 // ParamLease attaches the key of a PUT to a lease.

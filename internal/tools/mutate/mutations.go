@@ -13,6 +13,9 @@ func chaosRule(name, bug, file, old, new string) Mutation {
 	return Mutation{Name: name, Bug: bug, File: file, Old: old, New: new, Pkg: "./chaos/"}
 }
 
+// leaseOwnerTests are the tests of the lease owner rule, on every door.
+const leaseOwnerTests = "LeaseOwner|LeaseWithoutOwner|LeaseRightsFollowKeys|RightsTable"
+
 // mutations is every named mutation, those of issue #23 first.
 var mutations = append([]Mutation{
 	{Name: "stream-keepalive-right", Bug: "a lease keepalive is served without the lease right",
@@ -75,6 +78,28 @@ var mutations = append([]Mutation{
 	{Name: "raft-replayed-entry-applied", Bug: "entries raft hands again after a refused snapshot are applied twice",
 		File: "raft/fsm.go", Pkg: "./raft/", Run: "TestFSMRefusesStaleSnapshot",
 		Old: "\t\tif l.Index <= applied {\n\t\t\tcontinue", New: "\t\tif false && l.Index <= applied {\n\t\t\tcontinue"},
+	// Issue #33 item 5: a lease is its owner's from its grant on, on every door.
+	{Name: "lease-owner-ignored", Bug: "any token with a write right uses another tenant's lease",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
+		Old: "ok && az.HoldsPolicies(strings.Split(names, \"\\n\")) {", New: "ok || az.HoldsPolicies(strings.Split(names, \"\\n\")) {"},
+	{Name: "lease-owner-not-recorded", Bug: "a grant under ACLs records no owner",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
+		Old: "LeaseTTL: ttl * 1000, LeaseOwner: owner})", New: "LeaseTTL: ttl * 1000})"},
+	{Name: "lease-keepalive-owner-unchecked", Bug: "anyone who learned a lease's ID keeps it alive",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
+		Old: "if _, _, _, err := s.usableLease(ctx, id, true); err != nil {", New: "if _, _, _, err := s.usableLease(ctx, id, true); false && err != nil {"},
+	{Name: "lease-list-unfiltered", Bug: "a lease list shows every lease to every token",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
+		Old: "if leaseUsable(ctx, v, l, false) == nil {", New: "if true {"},
+	{Name: "lease-keyless-ownerless-anyones", Bug: "a lease without owner or key is every token's",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
+		Old: "if len(v.LeaseKeys(l.ID, 1)) == 0 {", New: "if false {"},
+	{Name: "lease-attach-unchecked", Bug: "a key is attached to another tenant's lease",
+		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
+		Old: "if authzOf(ctx) == nil || txn == nil {", New: "if true {"},
+	{Name: "snapshot-drops-lease-owner", Bug: "a snapshot loses the leases' owners (format 3 always)",
+		File: "fsm/snapshot.go", Pkg: "./fsm/", Run: "Owner",
+		Old: "format := sn.st.ls.snapshotFormat()", New: "format := min(sn.st.ls.snapshotFormat(), snapshotFormatV3)"},
 	// The upgrade test's find: sealed continue tokens before every voter reads them.
 	{Name: "token-sealed-too-early", Bug: "sealed continue tokens are issued while an older voter cannot read them",
 		File: "kv/list.go", Pkg: "./kv/...", Run: "Token",
