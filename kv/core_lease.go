@@ -20,8 +20,8 @@ import (
 // core_kv.go call them, for every door.
 
 // leaseFormatError explains a command refused by the format gate in a mixed-release
-// cluster: leases need format 3, a lease granted under ACLs (with its owner) format 5;
-// any other command of a newer format (etcd's KV API, format 4) says its own format.
+// cluster in the words of leases, the usual cause: they need format 3, and a grant
+// under ACLs (with its owner) format 5. The wrapped error names the command's format.
 func leaseFormatError(err error) error {
 	if errors.Is(err, raft.ErrFormatNotAgreed) {
 		return fmt.Errorf("leases need Raft command format %d, and leases of a token (their owner recorded) "+
@@ -49,6 +49,12 @@ func leaseFormatError(err error) error {
 //	t3 [app-writer, ops]                    may use L (it holds every right t1 had)
 //	t4 [other-writer]                       may not: L is not in its list; keepalive,
 //	                                        time to live, revoke, put with L: 403
+//
+// Why in the grant and not in a hidden record (a key under "\x00keel/" attached to the
+// lease): a grant and a put are two Raft entries, so a lease would live without owner
+// between them — for ever if the put failed — and the record would move the revision
+// on every grant, appear among the lease's keys and count as a key its revoke deleted.
+// The grant carries the owner in command format 5 instead, gated like every format.
 //
 // Why policies and not the token: etcd's concurrency sessions grant, renew and revoke
 // with one client, but a keel token may expire or be rotated while the session's lease
@@ -136,24 +142,25 @@ func leaseUsable(ctx context.Context, v *fsm.View, l fsm.Lease, write bool) erro
 		"granted it, or a management token, has the right to use it", ErrForbidden, l.ID)
 }
 
-// usableLease returns lease id and the view it was found in, when the token in ctx
-// may use it (leaseUsable). It looks in this node's view first — an owner never
-// changes while its lease lives — and asks a linearizable one only when this node
-// has not applied the grant yet; ErrLeaseNotFound when neither holds it. Without ACLs
-// it reads nothing (found false, nil error): the state machine or the lessor answers.
-func (s *Server) usableLease(ctx context.Context, id int64, write bool) (v *fsm.View, l fsm.Lease, found bool, err error) {
+// checkLeaseUsable is nil when the token in ctx may use lease id (leaseUsable). It
+// looks in this node's view first — an owner never changes while its lease lives —
+// and in a linearizable one only when this node has not applied the grant yet;
+// ErrLeaseNotFound when neither holds it. Without ACLs it reads nothing: the state
+// machine or the lessor answers for a lease that does not exist.
+func (s *Server) checkLeaseUsable(ctx context.Context, id int64, write bool) error {
 	if authzOf(ctx) == nil {
-		return nil, fsm.Lease{}, false, nil
+		return nil
 	}
 	for _, c := range []fsm.Consistency{fsm.Serializable, fsm.Linearizable} {
-		if v, err = s.viewAt(ctx, c, 0); err != nil {
-			return nil, fsm.Lease{}, false, err
+		v, err := s.viewAt(ctx, c, 0)
+		if err != nil {
+			return err
 		}
-		if l, found = v.Lease(id); found {
-			return v, l, true, leaseUsable(ctx, v, l, write)
+		if l, ok := v.Lease(id); ok {
+			return leaseUsable(ctx, v, l, write)
 		}
 	}
-	return nil, fsm.Lease{}, false, fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
+	return fmt.Errorf("lease %d: %w", id, fsm.ErrLeaseNotFound)
 }
 
 // checkTxnLeases refuses a transaction that attaches a key to a lease the token in
@@ -171,7 +178,7 @@ func (s *Server) checkTxnLeases(ctx context.Context, txn *fsm.Txn) error {
 			case o.Type == fsm.OpTxn:
 				err = s.checkTxnLeases(ctx, o.Txn)
 			case o.Type == fsm.OpPut && o.Lease != 0:
-				if _, _, _, err = s.usableLease(ctx, o.Lease, true); errors.Is(err, fsm.ErrLeaseNotFound) {
+				if err = s.checkLeaseUsable(ctx, o.Lease, true); errors.Is(err, fsm.ErrLeaseNotFound) {
 					err = nil
 				}
 			}
@@ -258,7 +265,7 @@ func (s *Server) keepAliveLease(ctx context.Context, id int64) (time.Duration, e
 	if err := leaseRight(ctx); err != nil {
 		return 0, err
 	}
-	if _, _, _, err := s.usableLease(ctx, id, true); err != nil {
+	if err := s.checkLeaseUsable(ctx, id, true); err != nil {
 		return 0, fmt.Errorf("lease keepalive: %w", err)
 	}
 	lc, err := s.leaderCaller()

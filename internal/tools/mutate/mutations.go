@@ -87,7 +87,7 @@ var mutations = append([]Mutation{
 		Old: "LeaseTTL: ttl * 1000, LeaseOwner: owner})", New: "LeaseTTL: ttl * 1000})"},
 	{Name: "lease-keepalive-owner-unchecked", Bug: "anyone who learned a lease's ID keeps it alive",
 		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
-		Old: "if _, _, _, err := s.usableLease(ctx, id, true); err != nil {", New: "if _, _, _, err := s.usableLease(ctx, id, true); false && err != nil {"},
+		Old: "if err := s.checkLeaseUsable(ctx, id, true); err != nil {", New: "if err := s.checkLeaseUsable(ctx, id, true); false && err != nil {"},
 	{Name: "lease-list-unfiltered", Bug: "a lease list shows every lease to every token",
 		File: "kv/core_lease.go", Pkg: "./kv/...", Run: leaseOwnerTests,
 		Old: "if leaseUsable(ctx, v, l, false) == nil {", New: "if true {"},
