@@ -225,11 +225,9 @@ func (s *Server) grantLease(ctx context.Context, id, ttl int64) (int64, error) {
 	return id, nil
 }
 
-// revokeLease revokes lease id, deleting its keys in the same revision.
+// revokeLease revokes lease id, deleting its keys in the same revision. Its caller
+// (LeaseRevoke) has checked the lease right.
 func (s *Server) revokeLease(ctx context.Context, id int64) (api.LeaseRevokeResponse, error) {
-	if err := leaseRight(ctx); err != nil {
-		return api.LeaseRevokeResponse{}, err
-	}
 	if authzOf(ctx) != nil {
 		v, err := s.viewAt(ctx, fsm.Linearizable, 0)
 		if err != nil {
@@ -260,11 +258,9 @@ func (s *Server) revokeLease(ctx context.Context, id int64) (api.LeaseRevokeResp
 
 // keepAliveLease renews lease id at the leader and returns the time it has left.
 // Under ACLs the owner check reads this node's view (a linearizable one only when the
-// grant has not reached it yet): a keepalive stays cheap.
+// grant has not reached it yet): a keepalive stays cheap. Its caller (LeaseKeepAlive)
+// has checked the lease right.
 func (s *Server) keepAliveLease(ctx context.Context, id int64) (time.Duration, error) {
-	if err := leaseRight(ctx); err != nil {
-		return 0, err
-	}
 	if err := s.checkLeaseUsable(ctx, id, true); err != nil {
 		return 0, fmt.Errorf("lease keepalive: %w", err)
 	}
