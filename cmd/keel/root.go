@@ -45,7 +45,7 @@ func newRootCmd() *cobra.Command {
 	pf.StringVar(&global.keyFile, "key-file", os.Getenv("KEEL_KEY_FILE"), "key of -cert-file (env KEEL_KEY_FILE)")
 	pf.DurationVar(&global.timeout, "timeout", 30*time.Second, "deadline for one command")
 	pf.StringVarP(&global.output, "output", "o", "text", "output format: text, json or yaml")
-	pf.StringVar(&global.token, "token", os.Getenv("KEEL_TOKEN"), "ACL token secret sent with every request (env KEEL_TOKEN)")
+	secretFlag(pf, &global.token, "token", "KEEL_TOKEN", "ACL token secret sent with every request (env KEEL_TOKEN)")
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(), newRebuildCmd(),
