@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -14,18 +15,43 @@ import (
 // decision is the ACL engine's (kv/acl); the core asks it, for every door.
 
 // CheckClientCert is the client-certificate rule (Config.RequireClientCert) for every
-// door: verified reports whether the request's TLS session carries a client
-// certificate the cluster CA verified (asked only when the node requires one: reading a
-// TLS session's state costs a copy and a lock). It returns nil when the node requires
-// none or verified is true, else an ErrClientCertRequired that tells the client how to
-// get one. Health checks are the door's to exempt (load balancers probe without a
-// certificate).
-func (s *Server) CheckClientCert(verified func() bool) error {
-	if !s.cfg.RequireClientCert || verified() {
+// door: peer returns the request's TLS session (nil on a plain-text port; asked only
+// when the rule needs it: reading a TLS session's state costs a copy and a lock). It
+// refuses with an ErrClientCertRequired, which tells the client how to get one:
+//   - a request without a client certificate the cluster CA verified, when the node
+//     requires one;
+//   - a verified certificate the cluster revoked: a retired node's, in the replicated
+//     list of retired nodes (raft/revoke.go; the Store's CertRevoker). One list for
+//     every port: the Raft port checks it at the handshake, the client ports here, on
+//     every request, so a connection opened before the removal is refused too.
+//
+// Health checks are the door's to exempt (load balancers probe without a certificate).
+func (s *Server) CheckClientCert(peer func() *tls.ConnectionState) error {
+	if !s.cfg.RequireClientCert && s.revoker == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA "+
-		"(keel tls cert create -client NAME; -cert-file/-key-file)", ErrClientCertRequired)
+	cs := peer()
+	if cs == nil || len(cs.VerifiedChains) == 0 {
+		if !s.cfg.RequireClientCert {
+			return nil
+		}
+		return fmt.Errorf("%w: this node requires a client certificate signed by the cluster CA "+
+			"(keel tls cert create -client NAME; -cert-file/-key-file)", ErrClientCertRequired)
+	}
+	if s.revoker != nil {
+		if err := s.revoker.CheckClientCert(*cs); err != nil {
+			return fmt.Errorf("%w: %v; a removed node's certificate is refused on every port "+
+				"(a client uses a client certificate: keel tls cert create -client NAME)", ErrClientCertRequired, err)
+		}
+	}
+	return nil
+}
+
+// CertRevoker is implemented by a Store that keeps the cluster's list of revoked
+// certificates (*raft.Node: the retired nodes'); CheckClientCert asks it on a node
+// with TLS. It returns an error naming why cs's certificate is refused, nil if not.
+type CertRevoker interface {
+	CheckClientCert(cs tls.ConnectionState) error
 }
 
 type authzKey struct{}

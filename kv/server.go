@@ -77,6 +77,10 @@ type Server struct {
 	// lessor keeps lease deadlines while this node leads (kv/lease); its loop runs
 	// from Start to Stop.
 	lessor *lease.Lessor
+
+	// revoker is the store's list of revoked certificates (CheckClientCert); nil
+	// without TLS or when the store keeps none.
+	revoker CertRevoker
 }
 
 // readyCheck is an extra condition of readiness added by the node that embeds the core.
@@ -103,6 +107,9 @@ func NewServer(cfg Config, store Store, logger hclog.Logger) (*Server, error) {
 	}
 	if cs, ok := store.(CallerCheckSetter); ok {
 		cs.SetCallerChecker(s.checkForwarded)
+	}
+	if r, ok := store.(CertRevoker); ok && cfg.TLS != nil {
+		s.revoker = r
 	}
 	return s, nil
 }

@@ -85,6 +85,27 @@ func (n *Node) checkCert(peer string, cs tls.ConnectionState) error {
 	return nil
 }
 
+// CheckClientCert refuses, on a client port (HTTP, the stream protocol, etcd), the
+// node certificate of a retired node: the same replicated list, and the same rule,
+// as the Raft port's checkCert. cs is the verified TLS session of the request; a
+// certificate that names no node (a client certificate) is not the list's: the
+// CA's CRL (-crl-file) revokes those. Without TLS there is no list. The kv core
+// calls it from its client-certificate rule (kv.Server.CheckClientCert), per
+// request, so that a connection opened before the removal is refused too.
+func (n *Node) CheckClientCert(cs tls.ConnectionState) error {
+	if n.cfg.TLS == nil || len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	id, err := n.cfg.TLS.PeerNodeID(cs)
+	if err != nil {
+		return nil // not a node certificate
+	}
+	if rec, ok := n.revocationOf(id); ok && rec.revokes(cs.PeerCertificates[0]) {
+		return fmt.Errorf("%w: node %q", ErrRevoked, id)
+	}
+	return nil
+}
+
 // seenCerts remembers, per node ID, the fingerprints of the last few certificates a
 // peer of that ID showed.
 type seenCerts struct {

@@ -323,8 +323,9 @@ type gatewayAuth struct{}
 func (gatewayAuth) AuthType() string { return "keel-gateway" }
 
 // gatewayPeer is, for a call that came through the gateway, the HTTP client's
-// address and whether its certificate was verified; ok is false for any other call.
-func gatewayPeer(ctx context.Context) (addr string, verified, ok bool) {
+// address and whether it passed the core's client-certificate rule at its HTTP
+// request; ok is false for any other call.
+func gatewayPeer(ctx context.Context) (addr string, passed, ok bool) {
 	p, _ := peer.FromContext(ctx)
 	if p == nil {
 		return "", false, false
@@ -366,7 +367,10 @@ func (e *Server) gatewayMux(conn *grpc.ClientConn) (*runtime.ServeMux, error) {
 		}),
 		runtime.WithIncomingHeaderMatcher(gatewayHeaderMatcher),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			return metadata.Pairs(gatewayMetaAddr, r.RemoteAddr, gatewayMetaVerified, boolString(verifiedRequest(r)))
+			// The core's client-certificate rule is asked here, of the HTTP client's
+			// TLS session, once per request; the call carries the answer.
+			passed := e.core.CheckClientCert(func() *tls.ConnectionState { return requestTLS(r) }) == nil
+			return metadata.Pairs(gatewayMetaAddr, r.RemoteAddr, gatewayMetaVerified, boolString(passed))
 		}),
 	)
 	ctx := context.Background()
@@ -392,14 +396,13 @@ func gatewayHeaderMatcher(key string) (string, bool) {
 	return k, ok
 }
 
-// verifiedRequest reports whether r came with a client certificate the TLS config
-// verified.
-func verifiedRequest(r *http.Request) bool {
+// requestTLS is r's TLS session (nil on a plain-text port).
+func requestTLS(r *http.Request) *tls.ConnectionState {
 	st := r.TLS
 	if st == nil {
 		st, _ = r.Context().Value(tlsStateKey{}).(*tls.ConnectionState)
 	}
-	return st != nil && len(st.VerifiedChains) > 0
+	return st
 }
 
 func boolString(b bool) string {

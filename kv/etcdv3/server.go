@@ -2,6 +2,7 @@ package etcdv3
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -213,7 +214,7 @@ func (e *Server) admit(ctx context.Context, method string) (context.Context, err
 	if err := e.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.core.CheckClientCert(func() bool { return verifiedPeer(ctx) }); err != nil {
+	if err := e.checkClientCert(ctx); err != nil {
 		return nil, etcdError(err)
 	}
 	if hasLeaderMD(ctx) {
@@ -250,18 +251,31 @@ func firstIncoming(ctx context.Context, key string) string {
 	return ""
 }
 
-// verifiedPeer reports whether the call came with a client certificate the TLS
-// configuration verified.
-func verifiedPeer(ctx context.Context) bool {
-	if _, verified, ok := gatewayPeer(ctx); ok {
-		return verified
+// checkClientCert asks the core's client-certificate rule of the call's TLS session. A
+// call through the JSON gateway was asked at its HTTP request, where the HTTP client's
+// session is (gatewayMD); its in-process connection has none.
+func (e *Server) checkClientCert(ctx context.Context) error {
+	if _, passed, ok := gatewayPeer(ctx); ok {
+		if !passed {
+			return fmt.Errorf("%w: the HTTP client's certificate was refused (missing, or revoked)", kv.ErrClientCertRequired)
+		}
+		return nil
 	}
+	return e.core.CheckClientCert(func() *tls.ConnectionState { return peerTLS(ctx) })
+}
+
+// peerTLS is the call's TLS session (its verified client certificate, if any); nil on
+// a plain-text port.
+func peerTLS(ctx context.Context) *tls.ConnectionState {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return false
+		return nil
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	return ok && len(ti.State.VerifiedChains) > 0
+	if !ok {
+		return nil
+	}
+	return &ti.State
 }
 
 func (e *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo,

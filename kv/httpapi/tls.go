@@ -122,8 +122,9 @@ func TLSState(r *http.Request) *tls.ConnectionState {
 	return &cs
 }
 
-// requireClientCert refuses a request without a verified client certificate as the
-// core's rule says (kv.Server.CheckClientCert); health checks pass without one.
+// requireClientCert refuses a request without a verified client certificate, or with
+// a revoked one, as the core's rule says (kv.Server.CheckClientCert); health checks
+// pass without one. The stream protocol's upgrade request passes here too.
 func (s *Server) requireClientCert(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -131,8 +132,7 @@ func (s *Server) requireClientCert(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		verified := func() bool { cs := TLSState(r); return cs != nil && len(cs.VerifiedChains) > 0 }
-		if err := s.core.CheckClientCert(verified); err != nil {
+		if err := s.core.CheckClientCert(func() *tls.ConnectionState { return TLSState(r) }); err != nil {
 			s.writeError(w, r, err)
 			return
 		}

@@ -3,6 +3,7 @@ package stream
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -33,6 +34,10 @@ const (
 type streamConn struct {
 	d      *Door
 	caller kv.Caller // the token of the upgrade request
+	// peer returns the upgrade request's TLS session (nil on a plain-text port), for
+	// the core's client-certificate rule, checked again at every request and watch: a
+	// certificate revoked after the upgrade is refused from then on.
+	peer   func() *tls.ConnectionState
 	conn   net.Conn
 	src    string // the client's address, for the per-client request bound
 	br     *bufio.Reader
@@ -52,9 +57,9 @@ type streamConn struct {
 // newStreamConn registers a stream with the door (so Close closes it); nil once the
 // door is closing. Every request of the stream runs for caller, the token of the
 // upgrade request.
-func (d *Door) newStreamConn(conn net.Conn, br *bufio.Reader, caller kv.Caller) *streamConn {
+func (d *Door) newStreamConn(conn net.Conn, br *bufio.Reader, caller kv.Caller, cs *tls.ConnectionState) *streamConn {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &streamConn{d: d, caller: caller, conn: conn, src: conn.RemoteAddr().String(), br: br, ctx: ctx, cancel: cancel,
+	c := &streamConn{d: d, caller: caller, peer: func() *tls.ConnectionState { return cs }, conn: conn, src: conn.RemoteAddr().String(), br: br, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, d.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest),
 		flush: make(chan struct{}, 1), bw: bufio.NewWriterSize(conn, streamBufSize)}
 	d.mu.Lock()

@@ -73,7 +73,7 @@ func (d *Door) Upgrade(w http.ResponseWriter, r *http.Request, c kv.Caller) erro
 		conn.Close()
 		return nil // the status line is out (hijacked): nothing more to answer
 	}
-	sc := d.newStreamConn(conn, brw.Reader, c)
+	sc := d.newStreamConn(conn, brw.Reader, c, httpapi.TLSState(r))
 	if sc == nil {
 		conn.Close()
 		return nil

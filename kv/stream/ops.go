@@ -20,7 +20,11 @@ func (c *streamConn) do(req *api.StreamRequest) api.StreamResponse {
 	ctx, cancel := context.WithTimeout(c.ctx, d.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	caller, err := d.core.Refresh(c.caller)
+	err := d.core.CheckClientCert(c.peer)
+	var caller kv.Caller
+	if err == nil {
+		caller, err = d.core.Refresh(c.caller)
+	}
 	if err == nil {
 		err = d.op(ctx, caller, req, &resp)
 	}

@@ -117,6 +117,10 @@ func (c *streamConn) watchFrame(req *api.StreamRequest) {
 		c.answer(&api.StreamResponse{ID: req.ID, Op: api.StreamWatch, Err: &e})
 	}
 	w := &streamWatch{id: req.ID, prevKV: req.PrevKV, progress: req.Progress, requireLeader: req.RequireLeader}
+	if err := c.d.core.CheckClientCert(c.peer); err != nil {
+		fail(err)
+		return
+	}
 	sp, err := c.d.core.CheckWatch(c.ctx, c.caller, kv.WatchRequest{Key: req.Key, Prefix: req.Prefix,
 		StartRevision: req.Revision, PrevKV: req.PrevKV, Progress: req.Progress, Linearizable: !req.Serializable,
 		Notify: func() { ws.markReady(w) }})

@@ -20,14 +20,18 @@ import (
 )
 
 // newTLSTestCluster starts n agents with node certificates of one CA, HTTPS requiring
-// client certificates, and returns a client config holding a client certificate.
-func newTLSTestCluster(t *testing.T, n int) (*testCluster, *tlstest.CA, map[string]tlsutil.Files) {
+// client certificates, and returns a client config holding a client certificate. tune,
+// when given, is applied to each node's config too.
+func newTLSTestCluster(t *testing.T, n int, tune ...func(*Config)) (*testCluster, *tlstest.CA, map[string]tlsutil.Files) {
 	ca := tlstest.NewCA(t)
 	files := map[string]tlsutil.Files{}
 	cli := tlstest.Reloader(t, ca.Client(t, "tester")).ClientConfig()
 	c := newTestClusterWith(t, n, cli, func(cfg *Config) {
 		files[cfg.NodeID] = ca.Node(t, cfg.NodeID)
 		cfg.TLS, cfg.VerifyClients = files[cfg.NodeID], true
+		for _, f := range tune {
+			f(cfg)
+		}
 	})
 	return c, ca, files
 }
