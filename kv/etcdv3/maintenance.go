@@ -45,7 +45,7 @@ func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*
 }
 
 // etcdMaintenance serves Maintenance.Status, Alarm (none is ever raised), Defragment
-// (nothing to do: the store is in memory), HashKV and Snapshot (snapshot.go).
+// (nothing to do: the store is in memory; the compact right), HashKV and Snapshot (snapshot.go).
 // MoveLeader, Hash and Downgrade answer Unimplemented: keel's own operator routes do
 // those.
 type etcdMaintenance struct {
@@ -84,8 +84,13 @@ func (m etcdMaintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.Ala
 	return &pb.AlarmResponse{Header: m.e.header(m.e.revision(ctx))}, nil
 }
 
-// Defragment does nothing: there is no file to defragment.
+// Defragment does nothing: there is no file to defragment. It needs what compaction
+// needs (the core's CheckCompact, the compact right), as etcd's needs its root role: a
+// token that may not reclaim space is told so, not answered a success.
 func (m etcdMaintenance) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.e.core.CheckCompact(callerOf(ctx)); err != nil {
+		return nil, err
+	}
 	return &pb.DefragmentResponse{Header: m.e.header(m.e.revision(ctx))}, nil
 }
 

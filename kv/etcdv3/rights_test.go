@@ -158,6 +158,8 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		_, err = d.maint.HashKV(ctx, &pb.HashKVRequest{})
 	case rt.Snapshot:
 		err = d.snapshotOnce(ctx)
+	case rt.Defragment:
+		_, err = d.maint.Defragment(ctx, &pb.DefragmentRequest{})
 	default:
 		t.Fatalf("etcd door: op %d unknown", op.Kind)
 	}

@@ -64,6 +64,7 @@ const (
 	MemberRemove         // remove the member NoMember, which is none
 	HashKV               // hash the state (etcd's Maintenance.HashKV)
 	Snapshot             // save a snapshot (etcd's Maintenance.Snapshot)
+	Defragment           // defragment the store (etcd's Maintenance.Defragment): compaction's right
 )
 
 // Op is one operation, described independently of the door.
@@ -147,6 +148,7 @@ var Cases = []Case{
 	{"member remove", NeedPeers, Op{Kind: MemberRemove}},
 	{"hash kv", NeedSnapshot, Op{Kind: HashKV}},
 	{"snapshot", NeedSnapshot, Op{Kind: Snapshot}},
+	{"defragment", NeedCompact, Op{Kind: Defragment}},
 }
 
 // PartialRead is the one rule for a read of a range the token may read only part of
