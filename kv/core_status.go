@@ -2,18 +2,124 @@ package kv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/internal/tlsutil"
+	"github.com/keel-kv/keel/kv/acl"
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// Status reports the node from local state (GET /v1/status); it never waits for a
-// leader. It needs no token.
-func (s *Server) Status(ctx context.Context) (api.StatusResponse, error) {
+// Who may read the node's status (GET /v1/status, etcd's Maintenance.Status): one
+// rule, here, for every door (statusAccess).
+//
+//   - ACLs not enforced (-acl-default allow, not bootstrapped): anyone, as every route.
+//   - Enforced (bootstrapped, or -acl-default deny): a caller with a valid token, any
+//     token, no right needed; or a node of the cluster (a verified node certificate
+//     of the cluster CA, not revoked: a joining agent asks a member's Raft address
+//     with it). This is etcd 3.7's rule (Status and MemberList need an authenticated
+//     user, no role; v3rpc's requireAuthInfo), so a token that may run etcdctl may run
+//     `etcdctl endpoint status`. Consul answers /v1/status/leader and /peers to anyone;
+//     keel does not: the members' IDs and Raft addresses, the leader and the release
+//     map the cluster for an attacker, and deny is the operator asking for closed.
+//   - Anyone else gets the public view (publicStatus): whether the node uses TLS and
+//     how its ACLs stand — what a client needs to learn that it must authenticate and
+//     how. A door whose protocol has no such view (etcd's) refuses instead.
+//
+// Liveness and readiness (/healthz, /livez, /readyz, gRPC health) stay open: they
+// tell a load balancer up or down, not who the cluster is. A token is checked against
+// the node's local ACL state (a status must answer without a leader); an unknown one
+// re-reads the records at the leader for at most statusAuthWait.
+
+// errStatusNoToken refuses the whole status to a caller without a token while ACLs are
+// enforced; it is an ErrUnauthorized (etcd: invalid auth token).
+var errStatusNoToken = fmt.Errorf("%w: the node's status (its members, leader and release) needs a token "+
+	"while ACLs are enforced", ErrUnauthorized)
+
+// statusAuthWait bounds how long a status waits for the leader to confirm a token
+// this node does not know yet.
+const statusAuthWait = time.Second
+
+// statusAccess is the status rule: nil for the whole status, errStatusNoToken for the
+// public view, another ErrUnauthorized for a bad token. header is the request's
+// Authorization header ("Bearer SECRET", "" for none), peer its TLS session.
+func (s *Server) statusAccess(ctx context.Context, header string, peer func() *tls.ConnectionState) error {
+	st, err := s.aclStateNow(ctx)
+	if err != nil {
+		return errStatusNoToken // fail closed: the public view
+	}
+	if !st.Bootstrapped() && s.cfg.ACLDefault != ACLDeny {
+		return nil
+	}
+	if cs := peer(); cs != nil && len(cs.VerifiedChains) > 0 {
+		if _, err := tlsutil.PeerNodeID(*cs); err == nil {
+			return nil // a node of the cluster (CheckClientCert refused a revoked one)
+		}
+	}
+	if header == "" || !st.Bootstrapped() {
+		return errStatusNoToken
+	}
+	secret, err := acl.ParseBearer(header)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, statusAuthWait)
+	defer cancel()
+	_, err = s.tokenAuthz(actx, st, acl.HashSecret(secret))
+	return err
+}
+
+// StatusFor reports the node to a caller, as the status rule above allows: the whole
+// status (Status), or the public view, or ErrUnauthorized for a bad token. header is
+// the request's Authorization header ("Bearer SECRET", "" for none), peer its TLS
+// session (nil on plain text).
+func (s *Server) StatusFor(ctx context.Context, header string, peer func() *tls.ConnectionState) (api.StatusResponse, error) {
+	switch err := s.statusAccess(ctx, header, peer); {
+	case errors.Is(err, errStatusNoToken):
+		return s.publicStatus(ctx), nil
+	case err != nil:
+		return api.StatusResponse{}, err
+	}
+	return s.status(ctx)
+}
+
+// CheckStatus is the status rule for a door whose protocol has no public view (etcd's
+// Status): nil when the caller may read the whole status, else ErrUnauthorized.
+func (s *Server) CheckStatus(ctx context.Context, secret string, peer func() *tls.ConnectionState) error {
+	header := ""
+	if secret != "" {
+		header = "Bearer " + secret
+	}
+	return s.statusAccess(ctx, header, peer)
+}
+
+// publicStatus is what a caller without a token learns while ACLs are enforced.
+func (s *Server) publicStatus(ctx context.Context) api.StatusResponse {
+	resp := api.StatusResponse{TLS: s.cfg.TLS != nil, Insecure: s.cfg.Insecure, Restricted: true,
+		Members: []api.Member{}}
+	resp.ACL = s.aclStatus(ctx)
+	return resp
+}
+
+// aclStatus is the ACL part of a status.
+func (s *Server) aclStatus(ctx context.Context) *api.ACLStatus {
+	a := &api.ACLStatus{Default: s.cfg.ACLDefault}
+	if a.Default == "" {
+		a.Default = ACLAllow
+	}
+	if on, err := s.ACLsEnabled(ctx); err == nil {
+		a.Bootstrapped = on
+	}
+	return a
+}
+
+// status reports the node from local state; it never waits for a leader. Callers
+// reach it through StatusFor's rule.
+func (s *Server) status(ctx context.Context) (api.StatusResponse, error) {
 	st := s.NodeStatus()
 	resp := api.StatusResponse{
 		NodeID: st.NodeID, Release: buildinfo.Version(), State: fmt.Sprint(st.State), LeaderID: st.LeaderID,
@@ -34,13 +140,7 @@ func (s *Server) Status(ctx context.Context) (api.StatusResponse, error) {
 		return api.StatusResponse{}, fmt.Errorf("status: %w", err)
 	}
 	resp.Revision, resp.CompactRevision = rev, compact
-	resp.ACL = &api.ACLStatus{Default: s.cfg.ACLDefault}
-	if resp.ACL.Default == "" {
-		resp.ACL.Default = ACLAllow
-	}
-	if on, err := s.ACLsEnabled(ctx); err == nil {
-		resp.ACL.Bootstrapped = on
-	}
+	resp.ACL = s.aclStatus(ctx)
 	return resp, nil
 }
 

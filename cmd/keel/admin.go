@@ -96,11 +96,16 @@ func newStatusCmd() *cobra.Command {
 					return printValue(cmd.OutOrStdout(), st)
 				}
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintf(w, "node\t%s (%s)\n", st.NodeID, st.State)
-				fmt.Fprintf(w, "leader\t%s %s\n", st.LeaderID, st.LeaderAddr)
-				fmt.Fprintf(w, "term\t%d\n", st.Term)
-				fmt.Fprintf(w, "revision\t%d (compacted at %d)\n", st.Revision, st.CompactRevision)
-				fmt.Fprintf(w, "raft index\tapplied %d, commit %d, last %d\n", st.AppliedIndex, st.CommitIndex, st.LastLogIndex)
+				if st.Restricted {
+					// ACLs are enforced and no token was given: the node told only this.
+					fmt.Fprintln(w, "node\tnot shown: give a token (-token or KEEL_TOKEN) to see the node, its leader and members")
+				} else {
+					fmt.Fprintf(w, "node\t%s (%s)\n", st.NodeID, st.State)
+					fmt.Fprintf(w, "leader\t%s %s\n", st.LeaderID, st.LeaderAddr)
+					fmt.Fprintf(w, "term\t%d\n", st.Term)
+					fmt.Fprintf(w, "revision\t%d (compacted at %d)\n", st.Revision, st.CompactRevision)
+					fmt.Fprintf(w, "raft index\tapplied %d, commit %d, last %d\n", st.AppliedIndex, st.CommitIndex, st.LastLogIndex)
+				}
 				switch {
 				case st.TLS:
 					fmt.Fprintln(w, "security\tTLS on every port")
@@ -113,6 +118,9 @@ func newStatusCmd() *cobra.Command {
 						state = "bootstrapped: tokens required"
 					}
 					fmt.Fprintf(w, "acl\t%s; default %s\n", state, st.ACL.Default)
+				}
+				if st.Restricted {
+					return w.Flush()
 				}
 				fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSUFFRAGE\tLEADER")
 				for _, m := range st.Members {

@@ -41,6 +41,11 @@ type StatusResponse struct {
 	// ACL says whether this node's view of the cluster has ACLs bootstrapped, and its
 	// -acl-default (absent from releases without ACLs).
 	ACL *ACLStatus `json:"acl,omitempty"`
+	// Restricted is true when this is the public view, the answer to a caller without
+	// a token while ACLs are enforced: TLS, Insecure and ACL alone (what a client needs
+	// to authenticate); the node's identity, release, leader and members need a valid
+	// token (kv.Server.StatusFor).
+	Restricted bool `json:"restricted,omitempty"`
 }
 
 // Member is one server of the raft configuration.

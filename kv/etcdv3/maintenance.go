@@ -2,9 +2,11 @@ package etcdv3
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/keel-kv/keel/versions"
 )
@@ -53,11 +55,18 @@ type etcdMaintenance struct {
 	e *Server
 }
 
-// Status answers without a token, as GET /v1/status does. Version is Version.
+// Status answers a caller the core's status rule lets read the whole status
+// (kv.Server.CheckStatus: a valid token, any, while ACLs are enforced, as etcd 3.7
+// asks an authenticated user); it refuses the others as etcd does (invalid auth
+// token): etcd's Status has no public view as GET /v1/status has. Version is Version.
 // db_size is the bytes of the node's data directory on disk (its Raft log, stable
 // store and snapshots; kv.Server.DataSize), and so is db_size_in_use: keel keeps no free
 // pages to tell apart. A size that cannot be measured is left 0.
 func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := m.e.core.CheckStatus(ctx, firstIncoming(ctx, rpctypes.TokenFieldNameGRPC),
+		func() *tls.ConnectionState { return peerTLS(ctx) }); err != nil {
+		return nil, err
+	}
 	st := m.e.core.NodeStatus()
 	resp := &pb.StatusResponse{Header: m.e.header(m.e.revision(ctx)), Version: Version, StorageVersion: Version,
 		Leader: memberID(st.LeaderID), RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex,

@@ -191,8 +191,9 @@ func (e *Server) Addr() string {
 	return e.addr
 }
 
-// openMethods are served without a token: health, the status probe (as GET /v1/status
-// is), and Authenticate, which is how a client gets one.
+// openMethods are served without admit's token check: Status, whose handler asks the
+// core's status rule (kv.Server.CheckStatus: it also admits a node certificate), and
+// Authenticate, which is how a client gets a token. gRPC health is open before them.
 var openMethods = map[string]bool{
 	pb.Maintenance_Status_FullMethodName: true,
 	pb.Auth_Authenticate_FullMethodName:  true,

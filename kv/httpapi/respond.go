@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -99,9 +100,12 @@ func (s *Server) routes() {
 	s.route(api.PathStream, map[string]handlerFunc{http.MethodGet: s.handleStream})
 	s.route(api.PathTxn, map[string]handlerFunc{http.MethodPost: s.handleTxn})
 	s.route(api.PathCompact, map[string]handlerFunc{http.MethodPost: s.handleCompact})
-	// GET /v1/status answers from local state; it never waits for a leader.
+	// GET /v1/status answers from local state; it never waits for a leader. Its route
+	// is open; what it tells a caller is the core's rule (StatusFor).
 	s.route(api.PathStatus, map[string]handlerFunc{http.MethodGet: s.call(nil,
-		func(ctx context.Context, _ kv.Caller, _ *http.Request) (any, error) { return s.core.Status(ctx) })})
+		func(ctx context.Context, _ kv.Caller, r *http.Request) (any, error) {
+			return s.core.StatusFor(ctx, r.Header.Get(api.HeaderAuthorization), func() *tls.ConnectionState { return TLSState(r) })
+		})})
 	s.route(api.PathHealth, map[string]handlerFunc{http.MethodGet: s.handleHealth})
 	s.route(api.PathReady, map[string]handlerFunc{http.MethodGet: s.handleReady})
 	s.apiRoutes()

@@ -119,6 +119,10 @@ var (
 	anyToken = row(o401, o401, oPass, oPass, oPass)
 	writer   = row(o401, o401, o403, oPass, o403) // widgets write, leases
 	reader   = row(o401, o401, o403, oPass, o403) // widgets read (writer only holds it)
+
+	// status: its public view without a token, the whole status with any valid one;
+	// a bad token is told so (kv.Server.StatusFor).
+	status = row(oPass, o401, oPass, oPass, oPass)
 )
 
 // aclRoute is one request per route pattern of the node's mux.
@@ -135,7 +139,7 @@ var aclRoutes = map[string]aclRoute{
 	"GET /healthz":           {"GET", "/healthz", "", open},
 	"GET /readyz":            {"GET", "/readyz", "", open},
 	"GET /livez":             {"GET", "/livez", "", open},
-	"GET /v1/status":         {"GET", "/v1/status", "", open},
+	"GET /v1/status":         {"GET", "/v1/status", "", status},
 	"POST /v1/acl/bootstrap": {"POST", "/v1/acl/bootstrap", "", open}, // 409 for everyone: already done
 	"/":                      {"GET", "/no/such/route", "", open},
 
