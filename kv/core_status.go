@@ -35,22 +35,23 @@ import (
 // the node's local ACL state (a status must answer without a leader); an unknown one
 // re-reads the records at the leader for at most statusAuthWait.
 
-// errStatusNoToken refuses the whole status to a caller without a token while ACLs are
-// enforced; it is an ErrUnauthorized (etcd: invalid auth token).
-var errStatusNoToken = fmt.Errorf("%w: the node's status (its members, leader and release) needs a token "+
+// ErrStatusNoToken refuses the whole status to a caller without a token while ACLs are
+// enforced; it is an ErrUnauthorized (etcd's door answers it as etcd 3.7 answers a
+// Status without a user: "user name is empty").
+var ErrStatusNoToken = fmt.Errorf("%w: the node's status (its members, leader and release) needs a token "+
 	"while ACLs are enforced", ErrUnauthorized)
 
 // statusAuthWait bounds how long a status waits for the leader to confirm a token
 // this node does not know yet.
 const statusAuthWait = time.Second
 
-// statusAccess is the status rule: nil for the whole status, errStatusNoToken for the
+// statusAccess is the status rule: nil for the whole status, ErrStatusNoToken for the
 // public view, another ErrUnauthorized for a bad token. header is the request's
 // Authorization header ("Bearer SECRET", "" for none), peer its TLS session.
 func (s *Server) statusAccess(ctx context.Context, header string, peer func() *tls.ConnectionState) error {
 	st, err := s.aclStateNow(ctx)
 	if err != nil {
-		return errStatusNoToken // fail closed: the public view
+		return ErrStatusNoToken // fail closed: the public view
 	}
 	if !st.Bootstrapped() && s.cfg.ACLDefault != ACLDeny {
 		return nil
@@ -61,7 +62,7 @@ func (s *Server) statusAccess(ctx context.Context, header string, peer func() *t
 		}
 	}
 	if header == "" || !st.Bootstrapped() {
-		return errStatusNoToken
+		return ErrStatusNoToken
 	}
 	secret, err := acl.ParseBearer(header)
 	if err != nil {
@@ -79,7 +80,7 @@ func (s *Server) statusAccess(ctx context.Context, header string, peer func() *t
 // session (nil on plain text).
 func (s *Server) StatusFor(ctx context.Context, header string, peer func() *tls.ConnectionState) (api.StatusResponse, error) {
 	switch err := s.statusAccess(ctx, header, peer); {
-	case errors.Is(err, errStatusNoToken):
+	case errors.Is(err, ErrStatusNoToken):
 		return s.publicStatus(ctx), nil
 	case err != nil:
 		return api.StatusResponse{}, err

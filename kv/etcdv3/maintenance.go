@@ -57,8 +57,10 @@ type etcdMaintenance struct {
 
 // Status answers a caller the core's status rule lets read the whole status
 // (kv.Server.CheckStatus: a valid token, any, while ACLs are enforced, as etcd 3.7
-// asks an authenticated user); it refuses the others as etcd does (invalid auth
-// token): etcd's Status has no public view as GET /v1/status has. Version is Version.
+// asks an authenticated user); it refuses a caller without a token as etcd does ("user
+// name is empty": a client without credentials gives up at once, where "invalid auth
+// token" would make it retry) — etcd's Status has no public view as GET /v1/status has —
+// and a bad token as invalid auth token. Version is Version.
 // db_size is the bytes of the node's data directory on disk (its Raft log, stable
 // store and snapshots; kv.Server.DataSize), and so is db_size_in_use: keel keeps no free
 // pages to tell apart. A size that cannot be measured is left 0.

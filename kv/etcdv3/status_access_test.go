@@ -23,7 +23,8 @@ import (
 // etcd 3.7 asks Status and MemberList for an authenticated user, no role), on every
 // door. A caller without one learns only how to authenticate: GET /v1/status answers
 // the public view (TLS, the ACL state, restricted: true); etcd's Status, which has no
-// such view, refuses as etcd does (invalid auth token). A bad token is 401 on both.
+// such view, refuses as etcd does (user name is empty). A bad token is 401 (etcd:
+// invalid auth token) on both.
 // Liveness and readiness stay open. Kills: status answered whole without a token.
 func TestStatusNeedsAToken(t *testing.T) {
 	f := rt.New(t)
@@ -64,9 +65,9 @@ func TestStatusNeedsAToken(t *testing.T) {
 		}
 	}
 
-	// etcd, no token: refused as etcd 3.7 refuses it.
-	if _, err := d.maint.Status(ctx, &pb.StatusRequest{}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
-		t.Errorf("etcd Status without a token: %v, want %v", err, rpctypes.ErrGRPCInvalidAuthToken)
+	// etcd, no token: refused as etcd 3.7 refuses it (user name is empty).
+	if _, err := d.maint.Status(ctx, &pb.StatusRequest{}); !errors.Is(rpctypes.Error(err), rpctypes.ErrUserEmpty) {
+		t.Errorf("etcd Status without a token: %v, want %v", err, rpctypes.ErrGRPCUserEmpty)
 	}
 	if _, err := d.cluster.MemberList(ctx, &pb.MemberListRequest{}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
 		t.Errorf("etcd MemberList without a token: %v, want %v", err, rpctypes.ErrGRPCInvalidAuthToken)

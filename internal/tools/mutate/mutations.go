@@ -218,10 +218,10 @@ var mutations = append([]Mutation{
 		Old: "if err := m.e.core.CheckCompact(callerOf(ctx)); err != nil {", New: "if err := m.e.core.CheckCompact(callerOf(ctx)); false && err != nil {"},
 	{Name: "status-without-token", Bug: "a caller without a token reads the node's whole status (members, Raft addresses, leader, release) while ACLs are enforced",
 		File: "kv/core_status.go", Pkg: "./kv/etcdv3/", Run: "TestStatusNeedsAToken",
-		Old: "if header == \"\" || !st.Bootstrapped() {\n\t\treturn errStatusNoToken", New: "if header == \"\" || !st.Bootstrapped() {\n\t\treturn nil"},
+		Old: "if header == \"\" || !st.Bootstrapped() {\n\t\treturn ErrStatusNoToken", New: "if header == \"\" || !st.Bootstrapped() {\n\t\treturn nil"},
 	{Name: "status-node-cert-ignored", Bug: "the status rule ignores node certificates: a joining agent cannot resolve a member's HTTP address on a deny cluster",
 		File: "kv/core_status.go", Pkg: "./cmd/keel/agent/", Run: "TestStatusForNodeCertificate",
-		Old: "return nil // a node of the cluster", New: "return errStatusNoToken // a node of the cluster"},
+		Old: "return nil // a node of the cluster", New: "return ErrStatusNoToken // a node of the cluster"},
 }, checkerRules...)
 
 // checkerRules silences the chaos checker's rules one by one.
