@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/keel-kv/keel/versions"
 )
@@ -65,7 +64,7 @@ type etcdMaintenance struct {
 // store and snapshots; kv.Server.DataSize), and so is db_size_in_use: keel keeps no free
 // pages to tell apart. A size that cannot be measured is left 0.
 func (m etcdMaintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	if err := m.e.core.CheckStatus(ctx, firstIncoming(ctx, rpctypes.TokenFieldNameGRPC),
+	if err := m.e.core.CheckStatus(ctx, tokenOf(ctx),
 		func() *tls.ConnectionState { return peerTLS(ctx) }); err != nil {
 		return nil, err
 	}
