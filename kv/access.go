@@ -74,12 +74,12 @@ func (s *Server) authenticate(ctx context.Context, header string) (*acl.Authoriz
 	if err != nil {
 		return nil, err
 	}
-	if !st.Bootstrapped() {
+	if !st.Enforced() {
 		return nil, s.notBootstrapped()
 	}
 	secret, err := acl.ParseBearer(header)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return s.tokenAuthz(ctx, st, acl.HashSecret(secret))
 }

@@ -69,13 +69,14 @@ func (s *Server) Refresh(c Caller) (Caller, error) {
 	return Caller{az: az}, nil
 }
 
-// ACLsEnabled reports whether the cluster's ACL system is bootstrapped.
+// ACLsEnabled reports whether the cluster's ACLs are enforced: bootstrapped, and not
+// paused by etcd's auth disable.
 func (s *Server) ACLsEnabled(ctx context.Context) (bool, error) {
 	st, err := s.aclStateNow(ctx)
 	if err != nil {
 		return false, err
 	}
-	return st.Bootstrapped(), nil
+	return st.Enforced(), nil
 }
 
 // AdmitRequest takes a slot for one request in flight from the client at addr (its

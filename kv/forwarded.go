@@ -67,7 +67,7 @@ func (s *Server) callerAuthz(ctx context.Context, caller []byte) (*acl.Authorize
 	if err != nil {
 		return nil, err
 	}
-	if !st.Bootstrapped() {
+	if !st.Enforced() {
 		return nil, s.notBootstrapped()
 	}
 	var h acl.SecretHash

@@ -13,8 +13,10 @@ import (
 // change makes a new State with new Authorizers ([State.Current] finds the new one).
 type Authorizer struct {
 	accessor  string
+	user      string     // the user the token was issued to ("" for none)
 	hash      SecretHash // of the token's secret: finds the token's current rights (State.Current)
 	keys      []api.ACLKeyRule
+	spans     []keySpan // keys' rules as key ranges, in the same order
 	resources []api.ACLResourceRule
 	operator  map[string]bool
 	guard     Guard    // typed resources' key ranges (guard.go); nil: none
@@ -29,6 +31,9 @@ func NewAuthorizer(policies ...api.ACLPolicy) *Authorizer {
 	for _, p := range policies {
 		a.policies = append(a.policies, p.Name)
 		a.keys = append(a.keys, p.Keys...)
+		for _, k := range p.Keys {
+			a.spans = append(a.spans, spanOf(k))
+		}
 		a.resources = append(a.resources, p.Resources...)
 		for _, r := range p.Operator {
 			a.operator[r] = true
@@ -79,6 +84,14 @@ func (a *Authorizer) Accessor() string {
 	return a.accessor
 }
 
+// User is the user the token was issued to ("" for a token of no user, or none).
+func (a *Authorizer) User() string {
+	if a == nil {
+		return ""
+	}
+	return a.user
+}
+
 // Hash is the hash of the token's secret: the caller's identity when a write is
 // forwarded to the leader.
 func (a *Authorizer) Hash() SecretHash {
@@ -89,7 +102,15 @@ func (a *Authorizer) Hash() SecretHash {
 }
 
 func grants(access string, write bool) bool {
-	return access == api.AccessWrite || (!write && access == api.AccessRead)
+	if write {
+		return access == api.AccessWrite || access == api.AccessWriteOnly
+	}
+	return access == api.AccessWrite || access == api.AccessRead
+}
+
+// includes reports whether access have grants all that want does.
+func includes(have, want string) bool {
+	return have == want || have == api.AccessWrite
 }
 
 // Right reports whether the token holds operator right r.
@@ -110,8 +131,8 @@ func (a *Authorizer) Key(key []byte, write bool) bool {
 	if a.guardedKey(key, write) {
 		return false
 	}
-	for _, r := range a.keys {
-		if grants(r.Access, write) && bytes.HasPrefix(key, []byte(r.Prefix)) {
+	for _, r := range a.spans {
+		if grants(r.access, write) && r.holds(key) {
 			return true
 		}
 	}
@@ -130,12 +151,8 @@ func (a *Authorizer) Span(start, end []byte, write bool) bool {
 	if a.guardedSpan(start, end, write) {
 		return false
 	}
-	for _, r := range a.keys {
-		if !grants(r.Access, write) || !bytes.HasPrefix(start, []byte(r.Prefix)) {
-			continue
-		}
-		re := fsm.PrefixEnd([]byte(r.Prefix))
-		if re == nil || (len(end) > 0 && bytes.Compare(end, re) <= 0) {
+	for _, r := range a.spans {
+		if grants(r.access, write) && r.covers(start, end) {
 			return true
 		}
 	}
@@ -148,8 +165,8 @@ func (a *Authorizer) Some(start, end []byte) bool {
 	if a == nil {
 		return true
 	}
-	for _, r := range a.keys {
-		if overlaps(start, end, []byte(r.Prefix)) {
+	for _, r := range a.spans {
+		if grants(r.access, false) && r.meets(start, end) {
 			return true
 		}
 	}
@@ -193,9 +210,9 @@ func (a *Authorizer) NextReadable(key, end []byte) []byte {
 			key = past
 			continue
 		}
-		for _, r := range a.keys {
-			p := []byte(r.Prefix)
-			if grants(r.Access, false) && bytes.Compare(p, key) > 0 && (next == nil || bytes.Compare(p, next) < 0) {
+		for _, r := range a.spans {
+			p := r.start
+			if grants(r.access, false) && bytes.Compare(p, key) > 0 && (next == nil || bytes.Compare(p, next) < 0) {
 				next = p
 			}
 		}
@@ -205,6 +222,41 @@ func (a *Authorizer) NextReadable(key, end []byte) []byte {
 		key = next
 	}
 	return nil
+}
+
+// keySpan is a key rule as the key range it grants: [start, end), end nil = to the
+// end of the keyspace. A prefix rule is [prefix, its end); an etcd range rule is
+// [key, end), an exact one [key, key+"\x00"), a from-key one [key, no end).
+type keySpan struct {
+	start, end []byte
+	access     string
+}
+
+func spanOf(r api.ACLKeyRule) keySpan {
+	switch {
+	case r.Key == "":
+		return keySpan{start: []byte(r.Prefix), end: fsm.PrefixEnd([]byte(r.Prefix)), access: r.Access}
+	case r.End == "":
+		return keySpan{start: []byte(r.Key), end: append([]byte(r.Key), 0), access: r.Access}
+	case r.End == api.ACLFromKey:
+		return keySpan{start: []byte(r.Key), access: r.Access}
+	}
+	return keySpan{start: []byte(r.Key), end: []byte(r.End), access: r.Access}
+}
+
+// holds reports whether key is in the span.
+func (r keySpan) holds(key []byte) bool {
+	return bytes.Compare(key, r.start) >= 0 && (r.end == nil || bytes.Compare(key, r.end) < 0)
+}
+
+// covers reports whether every key of [start, end) (end empty = no end) is in the span.
+func (r keySpan) covers(start, end []byte) bool {
+	return bytes.Compare(start, r.start) >= 0 && (r.end == nil || (len(end) > 0 && bytes.Compare(end, r.end) <= 0))
+}
+
+// meets reports whether [start, end) (end empty = no end) and the span share a key.
+func (r keySpan) meets(start, end []byte) bool {
+	return (r.end == nil || bytes.Compare(start, r.end) < 0) && (len(end) == 0 || bytes.Compare(end, r.start) > 0)
 }
 
 // overlaps reports whether [start, end) (end empty = no end) meets the keys with
@@ -233,8 +285,8 @@ func (a *Authorizer) AnyWrite() bool {
 	if a == nil {
 		return true
 	}
-	for _, r := range a.keys {
-		if r.Access == api.AccessWrite {
+	for _, r := range a.spans {
+		if grants(r.access, true) {
 			return true
 		}
 	}

@@ -2,7 +2,6 @@ package acl
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/keel-kv/keel/kv/api"
 )
@@ -18,8 +17,9 @@ import (
 //   - the management policy is built in: no token changes or deletes it
 //     (CheckPolicyWritable), so a management token always keeps every right.
 //
-// A right is held when one of the caller's rules covers it: a key rule on a prefix of
-// the rule's prefix with at least its access (write covers read), a resource rule on
+// A right is held when one of the caller's rules covers it: a key rule whose key range
+// holds every key of the rule's (a prefix of its prefix) with at least its access
+// (write covers read), a resource rule on
 // "*" or the same group and resource, the operator right itself or "*".
 //
 //	caller: keys app/ write, operator acl
@@ -35,6 +35,9 @@ func (a *Authorizer) Beyond(p api.ACLPolicy) string {
 	}
 	for _, k := range p.Keys {
 		if !a.holdsKeys(k) {
+			if k.Key != "" {
+				return fmt.Sprintf("%s on keys [%q, %q)", k.Access, k.Key, k.End)
+			}
 			return fmt.Sprintf("%s on keys %q", k.Access, k.Prefix)
 		}
 	}
@@ -52,9 +55,9 @@ func (a *Authorizer) Beyond(p api.ACLPolicy) string {
 }
 
 func (a *Authorizer) holdsKeys(k api.ACLKeyRule) bool {
-	write := k.Access == api.AccessWrite
-	for _, r := range a.keys {
-		if grants(r.Access, write) && strings.HasPrefix(k.Prefix, r.Prefix) {
+	want := spanOf(k)
+	for _, r := range a.spans {
+		if includes(r.access, k.Access) && r.covers(want.start, want.end) {
 			return true
 		}
 	}

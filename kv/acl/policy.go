@@ -1,6 +1,8 @@
 package acl
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 
@@ -16,8 +18,12 @@ func ValidatePolicy(p api.ACLPolicy) error {
 		return policyErrorf("policy name %q: want 1-128 of [A-Za-z0-9._-], starting with a letter or digit", p.Name)
 	}
 	for i, k := range p.Keys {
-		if k.Access != api.AccessRead && k.Access != api.AccessWrite {
-			return policyErrorf("keys[%d].access %q: want %q or %q", i, k.Access, api.AccessRead, api.AccessWrite)
+		if k.Access != api.AccessRead && k.Access != api.AccessWrite && k.Access != api.AccessWriteOnly {
+			return policyErrorf("keys[%d].access %q: want %q, %q or %q", i, k.Access, api.AccessRead, api.AccessWrite,
+				api.AccessWriteOnly)
+		}
+		if err := validateKeyRule(k); err != nil {
+			return policyErrorf("keys[%d]: %v", i, err)
 		}
 	}
 	for i, r := range p.Resources {
@@ -32,6 +38,21 @@ func ValidatePolicy(p api.ACLPolicy) error {
 		if o != api.RightAll && !slices.Contains(api.OperatorRights, o) {
 			return policyErrorf("operator right %q: want one of %v or %q", o, api.OperatorRights, api.RightAll)
 		}
+	}
+	return nil
+}
+
+// validateKeyRule checks the shape of a key rule: a prefix, or a key range (etcd's
+// rules, isValidPermissionRange: a non-empty key, and an end that sorts after it or
+// is api.ACLFromKey), never both.
+func validateKeyRule(k api.ACLKeyRule) error {
+	switch {
+	case k.Key == "" && k.End != "":
+		return errors.New("an end needs a key")
+	case k.Key != "" && k.Prefix != "":
+		return errors.New("a rule has a prefix or a key, not both")
+	case k.End != "" && k.End != api.ACLFromKey && k.End <= k.Key:
+		return fmt.Errorf("end %q must sort after key %q (or be \"\\u0000\": every key from key on)", k.End, k.Key)
 	}
 	return nil
 }

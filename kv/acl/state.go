@@ -19,15 +19,18 @@ import (
 //	\x00keel/acl/bootstrap            {"accessor_id":..., "time":...}   created once (CAS on version 0)
 //	\x00keel/acl/policies/NAME        api.ACLPolicy as JSON
 //	\x00keel/acl/tokens/SHA256HEX     TokenRecord as JSON (the secret's hash names the key)
+//	\x00keel/acl/users/NAME           UserRecord as JSON (users.go: the etcd door's users)
 //
 // Every node keeps a State built from these records (package kv rebuilds it when the
 // watch hub reports a change under the prefix), so checking a request costs one
-// SHA-256 and a map lookup. Enforcement starts when the bootstrap record exists.
+// SHA-256 and a map lookup. Enforcement starts when the bootstrap record exists, and
+// pauses while it says Disabled (etcd's auth disable, users.go).
 const (
 	Prefix         = versions.SystemPrefix + "acl/"
 	BootstrapKey   = Prefix + "bootstrap"
 	PoliciesPrefix = Prefix + "policies/"
 	TokensPrefix   = Prefix + "tokens/"
+	UsersPrefix    = Prefix + "users/"
 )
 
 // TokenRecord is the stored form of a token: never its secret.
@@ -38,21 +41,31 @@ type TokenRecord struct {
 	CreateTime  string   `json:"create_time"`
 	// ExpirationTime (RFC 3339), when set, is when the token stops working.
 	ExpirationTime string `json:"expiration_time,omitempty"`
+	// User, when set, is the user the token was issued to (the etcd door's
+	// Authenticate): its rights are those of the user's roles now, resolved on every
+	// check (Policies is empty), and it stops working when the user is deleted.
+	User string `json:"user,omitempty"`
 }
 
 // BootstrapRecord is the stored bootstrap record: who bootstrapped, and when.
 type BootstrapRecord struct {
 	AccessorID string `json:"accessor_id"`
 	Time       string `json:"time"`
+	// Disabled: etcd's auth disable paused enforcement (users.go); the node's
+	// -acl-default decides meanwhile, as before a bootstrap.
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // State is one immutable snapshot of the ACL records. Readers share it (package kv
 // publishes it through an atomic pointer) and never modify it.
 type State struct {
 	bootstrapped bool
+	boot         BootstrapRecord
+	bootRevision int64 // the bootstrap record's mod revision (0: none)
 	revision     int64 // store revision it was read at
 	tokens       map[SecretHash]*Token
 	policies     map[string]api.ACLPolicy
+	users        map[string]UserRecord
 }
 
 // Token is a token of a State with its rights resolved.
@@ -91,13 +104,21 @@ func Load(view *fsm.View, guard Guard) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("acl: read records: %w", err)
 	}
-	st := &State{revision: rev, tokens: map[SecretHash]*Token{}, policies: map[string]api.ACLPolicy{}}
+	st := &State{revision: rev, tokens: map[SecretHash]*Token{}, policies: map[string]api.ACLPolicy{},
+		users: map[string]UserRecord{}}
 	var toks []*Token
 	for _, kv := range kvs {
 		key := string(kv.Key)
 		switch {
 		case key == BootstrapKey:
-			st.bootstrapped = true
+			st.bootstrapped, st.bootRevision = true, kv.ModRevision
+			_ = json.Unmarshal(kv.Value, &st.boot) // an undecodable record still bootstraps
+		case strings.HasPrefix(key, UsersPrefix):
+			var u UserRecord
+			if json.Unmarshal(kv.Value, &u) == nil && u.Name == strings.TrimPrefix(key, UsersPrefix) {
+				u.Revision = kv.ModRevision
+				st.users[u.Name] = u
+			}
 		case strings.HasPrefix(key, PoliciesPrefix):
 			var p api.ACLPolicy
 			if json.Unmarshal(kv.Value, &p) == nil {
@@ -111,6 +132,11 @@ func Load(view *fsm.View, guard Guard) (*State, error) {
 		}
 	}
 	for _, t := range toks {
+		if t.rec.User != "" {
+			if _, ok := st.users[t.rec.User]; !ok {
+				continue // the user was deleted: its tokens are unknown
+			}
+		}
 		t.authz = st.authorizerFor(t.rec)
 		t.authz.hash = t.hash
 		t.authz.guard = guard
@@ -139,14 +165,25 @@ func decodeToken(hexHash string, value []byte) *Token {
 // authorizerFor merges the rules of the token's policies; a policy that does not
 // exist (deleted) grants nothing.
 func (st *State) authorizerFor(rec TokenRecord) *Authorizer {
-	a := NewAuthorizer(st.PoliciesNamed(rec.Policies)...)
-	a.accessor = rec.AccessorID
+	policies := st.PoliciesNamed(rec.Policies)
+	if rec.User != "" {
+		policies = st.RolePolicies(st.users[rec.User].Roles)
+	}
+	a := NewAuthorizer(policies...)
+	a.accessor, a.user = rec.AccessorID, rec.User
 	return a
 }
 
 // Bootstrapped reports whether the bootstrap record exists: from then on, ACLs are
 // enforced.
 func (st *State) Bootstrapped() bool { return st.bootstrapped }
+
+// Enforced reports whether ACLs are enforced: bootstrapped, and not paused by etcd's
+// auth disable.
+func (st *State) Enforced() bool { return st.bootstrapped && !st.boot.Disabled }
+
+// Bootstrap returns the bootstrap record and its mod revision (0 when there is none).
+func (st *State) Bootstrap() (BootstrapRecord, int64) { return st.boot, st.bootRevision }
 
 // Revision is the store revision the records were read at.
 func (st *State) Revision() int64 { return st.revision }

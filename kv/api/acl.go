@@ -24,10 +24,14 @@ const (
 // HeaderAuthorization carries the token: "Bearer " + secret.
 const HeaderAuthorization = "Authorization"
 
-// Access levels of key and resource rules. Write includes read.
+// Access levels of key and resource rules. Write includes read; write-only (key rules
+// only) does not.
 const (
 	AccessRead  = "read"
 	AccessWrite = "write"
+	// AccessWriteOnly grants writes and no read: etcd's WRITE permission (the etcd
+	// door's roles).
+	AccessWriteOnly = "write-only"
 )
 
 // Operator rights. A policy's Operator list holds any of them, or "*" for all.
@@ -51,11 +55,25 @@ var OperatorRights = []string{RightCompact, RightMembers, RightPeers, RightLeade
 // ManagementPolicy is the name of the policy bootstrap creates: every right.
 const ManagementPolicy = "global-management"
 
-// ACLKeyRule grants Access on every key starting with Prefix ("" = every key).
+// ACLKeyRule grants Access on a set of keys: every key starting with Prefix ("" =
+// every key) when Key is empty; otherwise the key range etcd's permissions name (the
+// etcd door's roles, docs/etcd.md), with Prefix empty:
+//
+//	{"key": "k"}                  the key k alone
+//	{"key": "a", "end": "m"}      every key of [a, m)
+//	{"key": "a", "end": "\u0000"} every key from a on (etcd's range end "\x00")
+//
+// A prefix rule is the range [Prefix, the prefix's end): etcdctl's --prefix sends that
+// range, and the etcd door stores it as such.
 type ACLKeyRule struct {
 	Prefix string `json:"prefix"`
+	Key    string `json:"key,omitempty"`
+	End    string `json:"end,omitempty"`
 	Access string `json:"access"`
 }
+
+// ACLFromKey is the End of a rule that runs from its Key to the end of the keyspace.
+const ACLFromKey = "\x00"
 
 // ACLResourceRule grants Access on the objects of a typed resource; "*" matches any
 // group or resource.

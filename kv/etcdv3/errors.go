@@ -109,6 +109,8 @@ func etcdSentinel(err error) error {
 		return rpctypes.ErrGRPCRequestTooLarge
 	case errors.Is(err, kv.ErrStatusNoToken): // etcd 3.7's answer to a Status without a user
 		return rpctypes.ErrGRPCUserEmpty
+	case authSentinel(err) != nil:
+		return authSentinel(err)
 	case errors.Is(err, kv.ErrUnauthorized):
 		return rpctypes.ErrGRPCInvalidAuthToken
 	case errors.Is(err, errEtcdAuthFailed):

@@ -69,7 +69,7 @@ func answer(err error) rt.Answer {
 	switch st.Message() {
 	case status.Convert(rpctypes.ErrGRPCPermissionDenied).Message():
 		return rt.Answer{Code: http.StatusForbidden, Reason: api.ReasonForbidden, Msg: st.Message(), Fixed: true}
-	case status.Convert(rpctypes.ErrGRPCInvalidAuthToken).Message():
+	case status.Convert(rpctypes.ErrGRPCInvalidAuthToken).Message(), status.Convert(rpctypes.ErrGRPCUserEmpty).Message():
 		return rt.Answer{Code: http.StatusUnauthorized, Reason: api.ReasonUnauthorized, Msg: st.Message(), Fixed: true}
 	case status.Convert(rpctypes.ErrGRPCDuplicateKey).Message():
 		return rt.Answer{Code: http.StatusBadRequest, Reason: api.ReasonDuplicateKey, Msg: st.Message(), Fixed: true}

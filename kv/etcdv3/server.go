@@ -192,11 +192,13 @@ func (e *Server) Addr() string {
 }
 
 // openMethods are served without admit's token check: Status, whose handler asks the
-// core's status rule (kv.Server.CheckStatus: it also admits a node certificate), and
-// Authenticate, which is how a client gets a token. gRPC health is open before them.
+// core's status rule (kv.Server.CheckStatus: it also admits a node certificate),
+// Authenticate, which is how a client gets a token, and AuthStatus (open on etcd).
+// gRPC health is open before them.
 var openMethods = map[string]bool{
 	pb.Maintenance_Status_FullMethodName: true,
 	pb.Auth_Authenticate_FullMethodName:  true,
+	pb.Auth_AuthStatus_FullMethodName:    true, // etcd: any caller may ask
 }
 
 // admit runs every call's checks before its handler: the client certificate (when the
