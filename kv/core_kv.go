@@ -190,6 +190,14 @@ func (s *Server) Members(ctx context.Context, c Caller) (raft.Status, *fsm.View,
 	return s.store.Status(), v, nil
 }
 
+// MembersOfAny is Members for any authenticated caller, with no right: etcd serves
+// MemberList to every client (clientv3's endpoint sync and etcdctl's --cluster read
+// it, as any user), so the etcd door does. The caller was authenticated (a token when
+// ACLs are enforced): keel lists its members to no anonymous caller.
+func (s *Server) MembersOfAny(ctx context.Context, _ Caller) (raft.Status, *fsm.View, error) {
+	return s.Members(ctx, Caller{})
+}
+
 // StateView returns a view of the node's whole state (serializable), for a caller
 // with the snapshot right: what a snapshot or a hash
 // of the state reads.

@@ -150,7 +150,7 @@ func TestEtcdAuthSetup(t *testing.T) {
 	}
 }
 
-// TestEtcdAuthEnabled: after auth enable, a user's token is a keel token whose rights
+// TestEtcdAuthEnabled (and TestEtcdMemberListAnyUser): after auth enable, a user's token is a keel token whose rights
 // are its roles' now (a revoked role, a deleted user, a changed password take effect
 // on tokens already issued), etcd's answers to no token, a bad one, a wrong password,
 // a denied call, and the root rules (root cannot be deleted nor lose its role, the
@@ -161,13 +161,19 @@ func TestEtcdAuthEnabled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, step := range []func() error{
-		func() error { _, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"}); return err },
+		func() error {
+			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
+			return err
+		},
 		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "root"}); return err },
 		func() error {
 			_, err := a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
 			return err
 		},
-		func() error { _, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "apw"}); return err },
+		func() error {
+			_, err := a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "alice", Password: "apw"})
+			return err
+		},
 		func() error { _, err := a.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "app"}); return err },
 		func() error {
 			_, err := a.RoleGrantPermission(ctx, &pb.AuthRoleGrantPermissionRequest{Name: "app",
@@ -229,6 +235,14 @@ func TestEtcdAuthEnabled(t *testing.T) {
 	if c, err := core.Authenticate(ctx, tokenOf(t, alice)); err != nil || !c.Enforced() {
 		t.Errorf("alice's token at the core: %v", err)
 	}
+
+	// etcd lists the members to every client (etcdctl endpoint status --cluster --user).
+	cl := pb.NewClusterClient(conn)
+	if ml, err := cl.MemberList(alice, &pb.MemberListRequest{}); err != nil || len(ml.Members) == 0 {
+		t.Errorf("alice lists the members: %v %v", ml, err)
+	}
+	_, err = cl.MemberList(ctx, &pb.MemberListRequest{})
+	wantErr(t, "member list without a token", err, rpctypes.ErrGRPCUserEmpty)
 
 	_, err = a.UserDelete(root, &pb.AuthUserDeleteRequest{Name: "root"})
 	wantErr(t, "delete root while enabled", err, rpctypes.ErrGRPCInvalidAuthMgmt)

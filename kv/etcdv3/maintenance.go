@@ -22,12 +22,13 @@ type etcdCluster struct {
 // serves the etcd API (keel's own record: invisible through the KV APIs).
 func URLKey(nodeID string) string { return versions.SystemPrefix + "etcd/members/" + nodeID }
 
-// MemberList lists the Raft members; needs the members right (GET
-// /v1/agent/members's rule). A member's client URL is the one its record
+// MemberList lists the Raft members to any authenticated caller, as etcd lists them
+// to every client (kv.Server.MembersOfAny; GET /v1/agent/members needs the members
+// right). A member's client URL is the one its record
 // (URLKey) holds: empty for a node that serves no etcd API, or has not written it
 // yet (this node's own is then its listener's).
 func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	st, v, err := c.e.core.Members(ctx, callerOf(ctx))
+	st, v, err := c.e.core.MembersOfAny(ctx, callerOf(ctx)) // etcd: every client may list them
 	if err != nil {
 		return nil, err
 	}
