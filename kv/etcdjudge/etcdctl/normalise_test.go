@@ -120,7 +120,7 @@ func (n *normaliser) text(l string) string {
 	if sm := reMemberRow.FindStringSubmatch(l); sm != nil {
 		l = fmt.Sprintf("%s, %s, NAME, PEERURLS, %s, %s", n.hexID(sm[1]), sm[2], sm[3], sm[4])
 	}
-	if f := strings.Split(l, ", "); len(f) == statusFields && f[0] == "ENDPOINT" {
+	if f := strings.Split(l, ", "); len(f) == statusFields && strings.TrimPrefix(f[0], "http://") == "ENDPOINT" { // --cluster: a URL
 		l = n.statusRow(f)
 	}
 	return l
