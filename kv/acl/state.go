@@ -43,7 +43,8 @@ type TokenRecord struct {
 	ExpirationTime string `json:"expiration_time,omitempty"`
 	// User, when set, is the user the token was issued to (the etcd door's
 	// Authenticate): its rights are those of the user's roles now, resolved on every
-	// check (Policies is empty), and it stops working when the user is deleted.
+	// check (Policies is empty). Deleting the user or changing its password deletes
+	// its tokens (package kv), so a token never outlives its user.
 	User string `json:"user,omitempty"`
 }
 
@@ -132,11 +133,6 @@ func Load(view *fsm.View, guard Guard) (*State, error) {
 		}
 	}
 	for _, t := range toks {
-		if t.rec.User != "" {
-			if _, ok := st.users[t.rec.User]; !ok {
-				continue // the user was deleted: its tokens are unknown
-			}
-		}
 		t.authz = st.authorizerFor(t.rec)
 		t.authz.hash = t.hash
 		t.authz.guard = guard

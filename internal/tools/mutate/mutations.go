@@ -223,6 +223,48 @@ var mutations = append([]Mutation{
 		File: "kv/core_status.go", Pkg: "./cmd/keel/agent/", Run: "TestStatusForNodeCertificate",
 		Old: "return nil // a node of the cluster", New: "return ErrStatusNoToken // a node of the cluster"},
 }, checkerRules...)
+}, append(checkerRules, authRules...)...)
+
+// authMutation is a mutation of one of etcd's auth rules (issue #35 item 2), judged by
+// the etcd door's auth tests (kv/etcdv3/auth_test.go) and the engine's (kv/acl).
+func authMutation(name, bug, file, pkg, old, new string) Mutation {
+	return Mutation{Name: name, Bug: bug, File: file, Pkg: pkg, Run: "Auth|EtcdRanges", Old: old, New: new}
+}
+
+// authRules breaks etcd's auth rules one by one.
+var authRules = []Mutation{
+	authMutation("auth-enable-without-root", "auth enable succeeds without a user root", "kv/core_users.go", "./kv/etcdv3/",
+		"if !ok {\n\t\treturn ErrRootUserNotExist", "if !ok && false {\n\t\treturn ErrRootUserNotExist"),
+	authMutation("auth-enable-without-root-role", "auth enable succeeds while root lacks the role root", "kv/core_users.go", "./kv/etcdv3/",
+		"if !root.HasRole(acl.RootRole) {", "if false {"),
+	authMutation("root-user-deletable", "the root user can be deleted while auth is enabled", "kv/core_users.go", "./kv/etcdv3/",
+		"s.rootRule(ctx, name == acl.RootUser)", "s.rootRule(ctx, false)"),
+	authMutation("root-role-revocable", "root can lose the role root while auth is enabled", "kv/core_users.go", "./kv/etcdv3/",
+		"s.rootRule(ctx, user == acl.RootUser && role == acl.RootRole)", "s.rootRule(ctx, false)"),
+	authMutation("root-role-deletable", "the role root can be deleted while auth is enabled", "kv/core_users.go", "./kv/etcdv3/",
+		"if st.Enforced() && name == acl.RootRole {", "if false {"),
+	authMutation("authenticate-wrong-password", "Authenticate takes any password", "kv/core_users.go", "./kv/etcdv3/",
+		"if !ok || !u.CheckPassword(password) {", "if !ok {"),
+	authMutation("authenticate-not-enabled", "Authenticate issues tokens while auth is disabled", "kv/core_users.go", "./kv/etcdv3/",
+		"if !st.Enforced() {\n\t\treturn api.ACLToken{}, ErrAuthNotEnabled", "if false {\n\t\treturn api.ACLToken{}, ErrAuthNotEnabled"),
+	authMutation("passwd-keeps-tokens", "a password change leaves the user's tokens working", "kv/core_users.go", "./kv/etcdv3/",
+		"ops := append([]fsm.Op{putUser(u)}, dropUserTokens(st, name)...)", "ops := []fsm.Op{putUser(u)}"),
+	authMutation("grant-invalid-range", "a permission with no key or an end before its key is granted", "kv/core_users.go", "./kv/etcdv3/",
+		"if k.Key == \"\" || k.Prefix != \"\" || (k.End != \"\" && k.End != api.ACLFromKey && k.End <= k.Key) {",
+		"if k.Prefix != \"\" {"),
+	authMutation("deleted-user-token-lives", "a deleted user's tokens stay valid (with no rights)", "kv/core_users.go", "./kv/etcdv3/",
+		"ops := append([]fsm.Op{{Type: fsm.OpDelete, Key: userKey(name)}}, dropUserTokens(st, name)...)",
+		"ops := []fsm.Op{{Type: fsm.OpDelete, Key: userKey(name)}}"),
+	authMutation("no-token-invalid-auth-token", "a call without a token is answered invalid auth token (etcdctl 3.4 retries it)",
+		"kv/etcdv3/auth.go", "./kv/etcdv3/", "{kv.ErrNoToken, rpctypes.ErrGRPCUserEmpty},", ""),
+	authMutation("write-only-reads", "etcd's WRITE permission grants reads", "kv/acl/authorizer.go", "./kv/...",
+		"return access == api.AccessWrite || access == api.AccessRead\n", "return access != \"\"\n"),
+	authMutation("exact-key-rule-from-key", "a one-key permission grants every key after it", "kv/acl/authorizer.go", "./kv/acl/",
+		"return keySpan{start: []byte(r.Key), end: append([]byte(r.Key), 0), access: r.Access}",
+		"return keySpan{start: []byte(r.Key), access: r.Access}"),
+	authMutation("range-rule-end-included", "a range permission grants its end key", "kv/acl/authorizer.go", "./kv/acl/",
+		"(r.end == nil || bytes.Compare(key, r.end) < 0)", "(r.end == nil || bytes.Compare(key, r.end) <= 0)"),
+}
 
 // checkerRules silences the chaos checker's rules one by one.
 var checkerRules = []Mutation{
