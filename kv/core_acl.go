@@ -180,7 +180,7 @@ func (s *Server) ACLTokenCreate(ctx context.Context, c Caller, req api.ACLTokenR
 
 func tokenAPI(t *acl.Token) api.ACLToken {
 	return api.ACLToken{AccessorID: t.Record().AccessorID, Description: t.Record().Description, Policies: t.Record().Policies,
-		CreateTime: t.Record().CreateTime, ExpirationTime: t.Record().ExpirationTime}
+		CreateTime: t.Record().CreateTime, ExpirationTime: t.Record().ExpirationTime, User: t.Record().User}
 }
 
 // ACLTokens lists every token (without secrets), oldest first.

@@ -590,11 +590,11 @@ func (s *Server) UserAuthenticate(ctx context.Context, name, password string) (a
 	if !ok || !u.CheckPassword(password) {
 		return api.ACLToken{}, ErrAuthFailed
 	}
-	rec, hash, out, err := newToken("etcd user "+name, nil, UserTokenTTL)
+	rec, hash, out, err := newToken("etcd user "+name, []string{}, UserTokenTTL)
 	if err != nil {
 		return api.ACLToken{}, err
 	}
-	rec.User = name
+	rec.User, out.User = name, name
 	ops := []fsm.Op{{Type: fsm.OpPut, Key: []byte(acl.TokensPrefix + hash.String()), Value: mustJSON(rec)}}
 	now := time.Now()
 	for h, t := range st.UserTokens(name) {

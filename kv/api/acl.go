@@ -123,6 +123,9 @@ type ACLToken struct {
 	CreateTime  string   `json:"create_time"`
 	// ExpirationTime (RFC 3339, UTC) is when the token stops working; empty: never.
 	ExpirationTime string `json:"expiration_time,omitempty"`
+	// User is the etcd user the token was issued to (the etcd door's Authenticate):
+	// its rights are the user's roles' (Policies is empty).
+	User string `json:"user,omitempty"`
 }
 
 // ACLTokensResponse answers GET /v1/acl/tokens.

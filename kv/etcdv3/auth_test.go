@@ -231,9 +231,21 @@ func TestEtcdAuthEnabled(t *testing.T) {
 	must(t, "alice gets her role", err)
 	_, err = a.RoleGet(alice, &pb.AuthRoleGetRequest{Role: "root"})
 	wantErr(t, "alice gets root", err, rpctypes.ErrGRPCPermissionDenied)
-	// The token is a keel token: the core (every door) takes it.
+	// The token is a keel token: the core (every door) takes it, and keel's token list
+	// names its user.
 	if c, err := core.Authenticate(ctx, tokenOf(t, alice)); err != nil || !c.Enforced() {
 		t.Errorf("alice's token at the core: %v", err)
+	}
+	rc, err := core.Authenticate(ctx, tokenOf(t, root))
+	must(t, "root's token at the core", err)
+	toks, err := core.ACLTokens(ctx, rc)
+	must(t, "keel's token list as root", err)
+	users := map[string]int{}
+	for _, tok := range toks.Tokens {
+		users[tok.User]++
+	}
+	if users["alice"] != 1 || users["root"] != 1 {
+		t.Errorf("keel's token list: tokens by user %v, want one of alice and one of root", users)
 	}
 
 	// etcd lists the members to every client (etcdctl endpoint status --cluster --user).

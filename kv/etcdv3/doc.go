@@ -1,14 +1,16 @@
 // Package etcdv3 is keel's etcd door: the etcd v3 gRPC API (KV, Watch, Lease, Cluster,
-// Maintenance, Auth's Authenticate, and gRPC health) on its own listener, so that etcd
-// clients work unchanged; and, on the same listener, etcd's JSON gateway (POST /v3/...,
-// GET /version, /health) whose every call is a gRPC call of the door (gateway.go).
+// Maintenance, Auth: users, roles and their permissions on keel's ACL engine, and gRPC
+// health) on its own listener, so that etcd clients work unchanged; and, on the same
+// listener, etcd's JSON gateway (POST /v3/..., GET /version, /health) whose every call
+// is a gRPC call of the door (gateway.go).
 //
 // DESIGN: this door translates; it owns no rule. Which room owns what:
 //   - rights (ACL tokens and policies), limits (key and value sizes, list and watch
 //     bounds, requests in flight), reserved prefixes, UTF-8 and duplicate-key checks:
 //     the service core, package kv ([kv.Server]'s exported methods: Authenticate,
 //     AdmitRequest, OpenStream, CheckClientCert, Range, CheckOp, CheckCompare,
-//     CheckTxnSize, Txn, Compact, the Lease* methods, Watch, Members, StateView;
+//     CheckTxnSize, Txn, Compact, the Lease* methods, Watch, Members, StateView, the
+//     User*, Role* and Auth* methods of users and roles (kv/core_users.go);
 //     Config.MaxRequestBytes sizes the largest message, Config.MaxStreamInFlight the
 //     calls of one connection). A call runs for the [kv.Caller] admit resolved from
 //     the "token" metadata (or, as etcd, "authorization"); a long stream asks the
