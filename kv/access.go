@@ -75,6 +75,9 @@ func (s *Server) authenticate(ctx context.Context, header string) (*acl.Authoriz
 		return nil, err
 	}
 	if !st.Enforced() {
+		if err := s.notBootstrapped(); err != nil && header == "" {
+			return nil, noToken{err}
+		}
 		return nil, s.notBootstrapped()
 	}
 	secret, err := acl.ParseBearer(header)
@@ -83,6 +86,15 @@ func (s *Server) authenticate(ctx context.Context, header string) (*acl.Authoriz
 	}
 	return s.tokenAuthz(ctx, st, acl.HashSecret(secret))
 }
+
+// noToken is a refusal of a request that carries no token (under -acl-default deny
+// before a bootstrap): it is also an acl.ErrNoToken, so that the etcd door answers
+// etcd's "user name is empty" (answered once) rather than "invalid auth token" (which
+// etcd clients retry). Its message is err's.
+type noToken struct{ error }
+
+func (e noToken) Unwrap() error        { return e.error }
+func (e noToken) Is(target error) bool { return target == acl.ErrNoToken }
 
 // aclStateConfirmed returns the node's ACL state, read at the leader at least once.
 func (s *Server) aclStateConfirmed(ctx context.Context) (*acl.State, error) {

@@ -23,7 +23,12 @@ import (
 // bootstrapped) and returns the core and a client connection.
 func authDoor(t *testing.T) (*kv.Server, *grpc.ClientConn) {
 	t.Helper()
-	core, err := kv.NewServer(kv.DefaultConfig(), kvtest.NewLeading(), nil)
+	return authDoorWith(t, kv.DefaultConfig())
+}
+
+func authDoorWith(t *testing.T, cfg kv.Config) (*kv.Server, *grpc.ClientConn) {
+	t.Helper()
+	core, err := kv.NewServer(cfg, kvtest.NewLeading(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,4 +312,26 @@ func tokenOf(t *testing.T, ctx context.Context) string {
 		t.Fatal("no token")
 	}
 	return v[len(v)-1]
+}
+
+// TestEtcdAuthDenyDefault: under -acl-default deny before any bootstrap, a call without
+// a token is etcd's "user name is empty" (which clients do not retry), one with a
+// token "invalid auth token"; users cannot be added without a token (bootstrap first:
+// keel acl bootstrap, then etcdctl --user keel:SECRET); auth status is open.
+func TestEtcdAuthDenyDefault(t *testing.T) {
+	cfg := kv.DefaultConfig()
+	cfg.ACLDefault = kv.ACLDeny
+	_, conn := authDoorWith(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, a := pb.NewKVClient(conn), pb.NewAuthClient(conn)
+	_, err := k.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+	wantErr(t, "range without a token", err, rpctypes.ErrGRPCUserEmpty)
+	_, err = k.Range(as(ctx, "not-a-token"), &pb.RangeRequest{Key: []byte("k")})
+	wantErr(t, "range with a bad token", err, rpctypes.ErrGRPCInvalidAuthToken)
+	_, err = a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "x"})
+	wantErr(t, "user add without a token", err, rpctypes.ErrGRPCUserEmpty)
+	if st, err := a.AuthStatus(ctx, &pb.AuthStatusRequest{}); err != nil || st.Enabled {
+		t.Errorf("auth status: %v %v, want served, not enabled", st, err)
+	}
 }
