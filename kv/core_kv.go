@@ -194,7 +194,7 @@ func (s *Server) Members(ctx context.Context, c Caller) (raft.Status, *fsm.View,
 // MemberList to every client (clientv3's endpoint sync and etcdctl's --cluster read
 // it, as any user), so the etcd door does. The caller was authenticated (a token when
 // ACLs are enforced): keel lists its members to no anonymous caller.
-func (s *Server) MembersOfAny(ctx context.Context, _ Caller) (raft.Status, *fsm.View, error) {
+func (s *Server) MembersOfAny(ctx context.Context, c Caller) (raft.Status, *fsm.View, error) {
 	return s.Members(ctx, Caller{})
 }
 
