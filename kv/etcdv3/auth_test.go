@@ -79,7 +79,8 @@ func login(t *testing.T, ctx context.Context, a pb.AuthClient, user, pw string) 
 
 // TestEtcdAuthSetup: etcd's rules before auth enable — empty names, duplicates,
 // unknown users and roles, auth enable without root or without its role, role get of
-// root, invalid permission ranges, Authenticate while not enabled.
+// root, invalid permission ranges, Authenticate while not enabled, a role's deletion
+// taking it from its users, a user without a password.
 func TestEtcdAuthSetup(t *testing.T) {
 	_, conn := authDoor(t)
 	a := pb.NewAuthClient(conn)
@@ -153,6 +154,31 @@ func TestEtcdAuthSetup(t *testing.T) {
 	if len(ul.Users) != 1 || ul.Users[0] != "root" {
 		t.Errorf("user list: %q, want [root]", ul.Users)
 	}
+
+	// A role deleted is taken from every user (etcd's RoleDelete).
+	_, err = a.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "bob", Options: &authpb.UserAddOptions{NoPassword: true}})
+	must(t, "user add bob --no-password", err)
+	_, err = a.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "bob", Role: "app"})
+	must(t, "grant app to bob", err)
+	_, err = a.RoleDelete(ctx, &pb.AuthRoleDeleteRequest{Role: "app"})
+	must(t, "role delete app", err)
+	if ug, err := a.UserGet(ctx, &pb.AuthUserGetRequest{Name: "bob"}); err != nil || len(ug.Roles) != 0 {
+		t.Errorf("bob after his role's deletion: %v %v, want no roles", ug, err)
+	}
+	_, err = a.RoleDelete(ctx, &pb.AuthRoleDeleteRequest{Role: "app"})
+	wantErr(t, "role delete app again", err, rpctypes.ErrGRPCRoleNotFound)
+	_, err = a.UserGet(ctx, &pb.AuthUserGetRequest{Name: "nobody"})
+	wantErr(t, "user get of an unknown user", err, rpctypes.ErrGRPCUserNotFound)
+
+	// Once enabled, a user without a password cannot authenticate (etcd's NoPassword).
+	_, err = a.AuthEnable(ctx, &pb.AuthEnableRequest{})
+	must(t, "auth enable", err)
+	_, err = a.Authenticate(ctx, &pb.AuthenticateRequest{Name: "bob", Password: ""})
+	wantErr(t, "authenticate a user without a password", err, rpctypes.ErrGRPCAuthFailed)
+	_, err = a.AuthEnable(ctx, &pb.AuthEnableRequest{})
+	wantErr(t, "auth enable when enabled, without a token (etcd: needs root)", err, rpctypes.ErrGRPCUserEmpty)
+	_, err = a.AuthEnable(as(ctx, login(t, ctx, a, "root", "rootpw")), &pb.AuthEnableRequest{})
+	must(t, "auth enable when enabled, as root (no change)", err)
 }
 
 // TestEtcdAuthEnabled (and TestEtcdMemberListAnyUser): after auth enable, a user's token is a keel token whose rights

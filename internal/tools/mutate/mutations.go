@@ -261,6 +261,8 @@ var authRules = []Mutation{
 		"kv/access.go", "./kv/etcdv3/", "return nil, noToken{err}", "return nil, err"),
 	authMutation("member-list-needs-members-right", "an etcd user without the members right cannot list the members",
 		"kv/core_kv.go", "./kv/etcdv3/", "return s.Members(ctx, Caller{})", "return s.Members(ctx, c)"),
+	authMutation("role-delete-keeps-users", "a deleted role stays granted to its users", "kv/core_users.go", "./kv/etcdv3/",
+		"\t\tif u.HasRole(name) {\n\t\t\tcmps = append(", "\t\tif false {\n\t\t\tcmps = append("),
 	authMutation("write-only-reads", "etcd's WRITE permission grants reads", "kv/acl/authorizer.go", "./kv/...",
 		"return access == api.AccessWrite || access == api.AccessRead\n", "return access != \"\"\n"),
 	authMutation("exact-key-rule-from-key", "a one-key permission grants every key after it", "kv/acl/authorizer.go", "./kv/acl/",
