@@ -21,10 +21,11 @@ import (
 //	  (READ, WRITE, READWRITE)              (read, write-only, write: below)
 //	role root                             policy "root" with every right
 //	                                      (ManagementPolicy's rules under the name root)
-//	user U with password and roles         UserRecord (\x00keel/acl/users/U): bcrypt hash
+//	user U with password and roles        UserRecord (\x00keel/acl/users/U): bcrypt hash
 //	                                      (cost 10), no_password, roles
 //	Authenticate(U, password)             a token record bound to U (TokenRecord.User),
-//	                                      whose rights are U's roles' policies now
+//	                                      whose rights are U's roles' policies at each
+//	                                      check; deleted with U or on a password change
 //	auth enable / disable                 the bootstrap record (created, or Disabled)
 //
 // Access. keel's key rules are read or write, and write includes read; etcd's are
