@@ -222,7 +222,6 @@ var mutations = append([]Mutation{
 	{Name: "status-node-cert-ignored", Bug: "the status rule ignores node certificates: a joining agent cannot resolve a member's HTTP address on a deny cluster",
 		File: "kv/core_status.go", Pkg: "./cmd/keel/agent/", Run: "TestStatusForNodeCertificate",
 		Old: "return nil // a node of the cluster", New: "return ErrStatusNoToken // a node of the cluster"},
-}, checkerRules...)
 }, append(checkerRules, authRules...)...)
 
 // authMutation is a mutation of one of etcd's auth rules (issue #35 item 2), judged by
