@@ -71,19 +71,7 @@ func (c *gossipCluster) watchSuffrage(id string) (trail *suffrageTrail, stop fun
 // data) for a wiped one and remove it again once it is a voter. Found by hand: Voter →
 // Nonvoter → Voter over 14 s, five membership changes.
 func TestGossipRebuiltNodeIsPromotedOnce(t *testing.T) {
-	c := &gossipCluster{t: t, dir: t.TempDir()}
-	for range 3 {
-		c.add(3)
-	}
-	for i := range 3 {
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		for i := range c.agents {
-			c.stop(i)
-		}
-	})
-	c.waitConfig("bootstrap-expect 3", 20*time.Second, func(v, nv []string) bool { return len(v) == 3 })
+	c := startGossip3(t)
 	cli := (&testCluster{t: t, agents: []*Agent{c.agents[0]}}).client(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -132,19 +120,7 @@ func TestGossipRebuiltNodeIsPromotedOnce(t *testing.T) {
 // voters tolerate no more failures than three and need a larger quorum) until a fifth
 // is caught up, then both are promoted.
 func TestAutopilotKeepsVotersOdd(t *testing.T) {
-	c := &gossipCluster{t: t, dir: t.TempDir()}
-	for range 3 {
-		c.add(3)
-	}
-	for i := range 3 {
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		for i := range c.agents {
-			c.stop(i)
-		}
-	})
-	c.waitConfig("bootstrap-expect 3", 20*time.Second, func(v, nv []string) bool { return len(v) == 3 })
+	c := startGossip3(t)
 	fourth := c.add(0)
 	c.start(fourth)
 	c.waitConfig("fourth joins as a non-voter", 30*time.Second, func(v, nv []string) bool { return len(nv) == 1 })

@@ -238,7 +238,10 @@ func TestGossipBootstrapExpectScaleAndReap(t *testing.T) {
 	put("degraded")
 }
 
-func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
+// startGossip3 starts three gossip nodes with -bootstrap-expect 3 and waits for their
+// three voters; they stop at the test's end.
+func startGossip3(t *testing.T) *gossipCluster {
+	t.Helper()
 	c := &gossipCluster{t: t, dir: t.TempDir()}
 	for range 3 {
 		c.add(3)
@@ -252,6 +255,11 @@ func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
 		}
 	})
 	c.waitConfig("bootstrap-expect 3", 20*time.Second, func(v, nv []string) bool { return len(v) == 3 })
+	return c
+}
+
+func TestGossipWipedNodeRejoinsUnderSameID(t *testing.T) {
+	c := startGossip3(t)
 	cli := (&testCluster{t: t, agents: []*Agent{c.agents[0]}}).client(0)
 	rev, err := cli.Put(context.Background(), "before-wipe", []byte("v"))
 	if err != nil {
