@@ -53,7 +53,7 @@ func (s *Server) statusAccess(ctx context.Context, header string, peer func() *t
 	if err != nil {
 		return ErrStatusNoToken // fail closed: the public view
 	}
-	if !st.Bootstrapped() && s.cfg.ACLDefault != ACLDeny {
+	if !st.Enforced() && s.cfg.ACLDefault != ACLDeny { // never bootstrapped, or paused by etcd's auth disable
 		return nil
 	}
 	if cs := peer(); cs != nil && len(cs.VerifiedChains) > 0 {
@@ -61,7 +61,7 @@ func (s *Server) statusAccess(ctx context.Context, header string, peer func() *t
 			return nil // a node of the cluster (CheckClientCert refused a revoked one)
 		}
 	}
-	if header == "" || !st.Bootstrapped() {
+	if header == "" || !st.Enforced() {
 		return ErrStatusNoToken
 	}
 	secret, err := acl.ParseBearer(header)

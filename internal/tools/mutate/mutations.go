@@ -193,6 +193,9 @@ var mutations = append([]Mutation{
 	{Name: "gateway-bound-as-one-connection", Bug: "every JSON-gateway client shares one connection's call bound",
 		File: "kv/etcdv3/server.go", Pkg: "./kv/etcdv3/", Run: "TestGateway",
 		Old: "e.gwGRPC = e.newGRPC(opts...)", New: "e.gwGRPC = e.newGRPC(append(opts, grpc.MaxConcurrentStreams(uint32(min(cfg.MaxStreamInFlight, math.MaxUint32))))...)"},
+	{Name: "status-closed-after-auth-disable", Bug: "the status stays closed to tokenless callers after etcd's auth disable",
+		File: "kv/core_status.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdAuthEnabled",
+		Old: "if !st.Enforced() && s.cfg.ACLDefault != ACLDeny {", New: "if !st.Bootstrapped() && s.cfg.ACLDefault != ACLDeny {"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
@@ -218,7 +221,7 @@ var mutations = append([]Mutation{
 		Old: "if err := m.e.core.CheckCompact(callerOf(ctx)); err != nil {", New: "if err := m.e.core.CheckCompact(callerOf(ctx)); false && err != nil {"},
 	{Name: "status-without-token", Bug: "a caller without a token reads the node's whole status (members, Raft addresses, leader, release) while ACLs are enforced",
 		File: "kv/core_status.go", Pkg: "./kv/etcdv3/", Run: "TestStatusNeedsAToken",
-		Old: "if header == \"\" || !st.Bootstrapped() {\n\t\treturn ErrStatusNoToken", New: "if header == \"\" || !st.Bootstrapped() {\n\t\treturn nil"},
+		Old: "if header == \"\" || !st.Enforced() {\n\t\treturn ErrStatusNoToken", New: "if header == \"\" || !st.Enforced() {\n\t\treturn nil"},
 	{Name: "status-node-cert-ignored", Bug: "the status rule ignores node certificates: a joining agent cannot resolve a member's HTTP address on a deny cluster",
 		File: "kv/core_status.go", Pkg: "./cmd/keel/agent/", Run: "TestStatusForNodeCertificate",
 		Old: "return nil // a node of the cluster", New: "return ErrStatusNoToken // a node of the cluster"},
