@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -125,7 +126,9 @@ func launchKeel(dir string, extra ...string) (c *clientv3.Client, etcdAddr, http
 	return c, etcdAddr, httpAddr, stop, nil
 }
 
-// waitReady polls Status until keel reports a leader and its /readyz is 200.
+// waitReady polls Status until keel reports a leader and its /readyz is 200. A node
+// that runs -acl-default deny answers a tokenless Status "user name is empty", as etcd
+// with auth on does: there /readyz alone says it (it is 200 only with a leader).
 func waitReady(c *clientv3.Client, etcdAddr, httpAddr string, done chan struct{}) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -137,7 +140,7 @@ func waitReady(c *clientv3.Client, etcdAddr, httpAddr string, done chan struct{}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := c.Status(ctx, etcdAddr)
 		cancel()
-		if err == nil && st.Leader != 0 {
+		if errors.Is(err, rpctypes.ErrUserEmpty) || err == nil && st.Leader != 0 {
 			resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + httpAddr + "/readyz")
 			if err == nil {
 				resp.Body.Close()
