@@ -34,7 +34,10 @@ import (
 //     retire and transfer of members, and add-voter requests for another node and for
 //     itself at an address it does not serve;
 //   - on the HTTP port, with a read-only token, it floods every node with reads,
-//     lists and watches.
+//     lists and watches;
+//   - on the etcd port, when the nodes serve it (attack_etcd.go): a RequestProgress
+//     flood, idle Watch and health streams over the client's bounds, a call with huge
+//     metadata, and the read-only token and another tenant's at the workload's leases.
 //
 // After the run (attacker.check) nothing it tried may have changed anything: every
 // RPC was refused, the forged token does not authenticate, the ACL tokens and the
@@ -70,6 +73,7 @@ type attacker struct {
 	forged  string // the secret of the token the forged record would add
 	command []byte // the forged write, encoded
 	roToken string
+	etcd    *etcdAttack // nil: no etcd door
 
 	tokensBefore, membersBefore []string
 
@@ -85,14 +89,15 @@ type attacker struct {
 
 // startAttack starts the attacker on a process cluster with TLS and ACLs; nil on any
 // other.
-func startAttack(ctx context.Context, c Cluster, h *History, prefix string, logf func(string, ...any)) (*attacker, error) {
+// leases are the workload's (the etcd attack's targets; nil: none).
+func startAttack(ctx context.Context, c Cluster, h *History, leases *Leases, prefix string, logf func(string, ...any)) (*attacker, error) {
 	if pc, ok := c.(*ProcCluster); ok {
-		return pc.startAttack(ctx, h, prefix, logf)
+		return pc.startAttack(ctx, h, leases, prefix, logf)
 	}
 	return nil, nil
 }
 
-func (c *ProcCluster) startAttack(ctx context.Context, h *History, prefix string, logf func(string, ...any)) (*attacker, error) {
+func (c *ProcCluster) startAttack(ctx context.Context, h *History, leases *Leases, prefix string, logf func(string, ...any)) (*attacker, error) {
 	if c.tls == nil || c.Token() == "" {
 		return nil, nil
 	}
@@ -105,6 +110,10 @@ func (c *ProcCluster) startAttack(ctx context.Context, h *History, prefix string
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.raftLoop(actx) }()
 	a.flood(actx, prefix)
+	if a.etcd != nil {
+		a.startEtcd(actx, leases, prefix)
+		logf("attacker: etcd door attacks started from %s and %s", a.etcd.srcStreams, a.etcd.srcCalls)
+	}
 	logf("attacker: started (raft RPCs as node %q, HTTP flood with a read-only token)", intruderID)
 	return a, nil
 }
@@ -136,6 +145,9 @@ func (a *attacker) prepare(ctx context.Context, prefix string) error {
 		return err
 	}
 	a.roToken = tok.SecretID
+	if err := a.prepareEtcd(ctx); err != nil {
+		return err
+	}
 	if a.tokensBefore, err = a.tokens(ctx); err != nil {
 		return err
 	}

@@ -118,6 +118,7 @@ func (a *attacker) check(ctx context.Context) []string {
 		problems = append(problems, fmt.Sprintf("attacker: the raft configuration changed: %v, was %v", members, a.membersBefore))
 	}
 	problems = append(problems, a.checkForged(ctx)...)
+	problems = append(problems, a.checkEtcd(ctx)...)
 	secs := float64(a.to.Load()-a.from) / 1e9
 	served := 0
 	for _, r := range a.h.Records() {

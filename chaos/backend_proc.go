@@ -16,7 +16,9 @@ type ProcBackend struct {
 	// TLS runs the clusters with TLS on every port (ProcConfig.TLS).
 	TLS bool
 	// ACL runs the clusters with access control on (ProcConfig.ACL).
-	ACL    bool
+	ACL bool
+	// Etcd serves the etcd v3 API on every node (ProcConfig.Etcd).
+	Etcd   bool
 	subnet atomic.Int32
 }
 
@@ -55,6 +57,7 @@ func (b *ProcBackend) Start(ctx context.Context, sc Scenario, dir string, logf f
 	cfg.Subnet = 100 + int(b.subnet.Add(1)%150)
 	cfg.TLS = b.TLS
 	cfg.ACL = b.ACL
+	cfg.Etcd = b.Etcd
 	if sc.Disk {
 		cfg.DiskSize = DiskSize
 	}

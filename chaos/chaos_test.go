@@ -196,9 +196,11 @@ func TestChaos(t *testing.T) {
 // TestChaosTLS runs the combined-nemesis scenario on a cluster with TLS on every port
 // (mutual TLS on Raft through the fault proxies, HTTPS and the stream protocol with
 // client certificates) and ACLs enforced (every harness client sends the bootstrapped
-// token over TLS): faults must not cost more than they do in plain text.
+// token over TLS): faults must not cost more than they do in plain text. The nodes
+// serve the etcd door too (TLS, client certificates), for the attacker's etcd attacks
+// (attack_etcd.go).
 func TestChaosTLS(t *testing.T) {
-	be := &ProcBackend{Bin: keelBin(t), TLS: true, ACL: true}
+	be := &ProcBackend{Bin: keelBin(t), TLS: true, ACL: true, Etcd: true}
 	for _, sc := range Scenarios() {
 		if sc.Name != "mixed" {
 			continue

@@ -166,7 +166,7 @@ func RunScenario(ctx context.Context, be Backend, sc Scenario, opt RunOptions) (
 	watchers := StartWatchers(ctx, c, w.Prefix, w.Watchers, opt.Logf)
 	leases := StartLeases(ctx, c, h, w.Duration, opt.Logf)
 	runner := NewFaultRunner(c, h, opt.Logf)
-	atk, err := startAttack(ctx, c, h, w.Prefix, opt.Logf)
+	atk, err := startAttack(ctx, c, h, leases, w.Prefix, opt.Logf)
 	if err != nil {
 		out.Problems = append(out.Problems, err.Error())
 	}

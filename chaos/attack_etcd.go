@@ -1,0 +1,910 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/keel-kv/keel/kv/api"
+)
+
+// The etcd-door attacker (issue #33), beside the Raft intruder and the HTTP flood when
+// the cluster serves the etcd API (ProcConfig.Etcd). It speaks raw gRPC (etcd's stubs,
+// not clientv3) over TLS with the harness's client certificate, from two loopback
+// addresses of its own (etcdAttackHost), so that the per-client bounds it runs into are
+// its own and not the workload's, which comes from 127.0.0.1: the streams from one, the
+// calls (metadata, leases) from the other, which the streams' budget would refuse. On
+// every node, one after another, it
+//
+//   - floods one Watch stream with etcdProgressRequests RequestProgress and never reads
+//     an answer (the door keeps at most one outstanding per stream);
+//   - opens idle Watch streams (no request sent) on three connections, one of them
+//     holding more than a connection may carry (etcdIdleStreams), and gRPC health Watch
+//     streams without a token or a certificate on a fourth: more than the
+//     2,500 streams one client may hold (-max-conns-per-client), so some are refused;
+//   - sends a Range with etcdHugeMetadata bytes of metadata on a bare HTTP/2
+//     connection (gRPC's client keeps to the server's 16 KiB and would refuse it
+//     itself), after a Range with 1 KiB on the same connection that must be served;
+//
+// and, every few seconds, with the read-only token and with a token of another tenant
+// (write on tenantPrefix, which leases need), lists the leases, and asks to revoke,
+// keep alive and look up the workload's leases (its kept-alive and abandoned leases,
+// granted with the management token, and every lease the management token lists then:
+// the lock sessions'). The tenant's own lease, granted at the start, is its control:
+// listed, renewed and, last, revoked.
+//
+// checkEtcd then asks: every node's RSS grew by less than etcdMaxRSSGrowth and ran fewer
+// than etcdMaxGoroutines goroutines while it was sampled (every second, /proc and
+// /metrics); the huge metadata was refused and never served; no lease call of the two
+// tokens on a workload lease succeeded, none listed one, and each of revoke, keepalive
+// and time-to-live was refused (PermissionDenied) at least once for the kept-alive
+// lease; that lease is still granted after the run (unless the workload's KeepAlive
+// reported it lost to a fault); the tenant's controls succeeded.
+
+const (
+	etcdProgressRequests = 50_000
+	etcdHealthStreams    = 300
+	etcdHugeMetadata     = 1 << 20
+	etcdMaxRSSGrowth     = 512 << 20
+	etcdMaxGoroutines    = 20_000
+	// etcdLeaseRounds lease attacks, etcdLeaseEvery apart.
+	etcdLeaseRounds = 8
+	etcdLeaseEvery  = 4 * time.Second
+	// etcdMetadataTries per node, 2 s apart, until one is conclusive.
+	etcdMetadataTries = 10
+	tenantPrefix      = "tenant/"
+	etcdCallTimeout   = 5 * time.Second
+)
+
+// etcdIdleStreams are the idle Watch streams opened on each of three connections to a
+// node: the first over the connection's 1,024 (-max-stream-in-flight: the rest wait in
+// the client), all together with the health streams over the client's 2,500.
+var etcdIdleStreams = []int{2000, 1000, 500}
+
+// etcdAttackHost is the attacker's source address i (0: streams, 1: calls) on subnet's
+// loopback IPs: no node's.
+func etcdAttackHost(subnet, i int) string { return fmt.Sprintf("127.%d.0.%d", subnet, 250+i) }
+
+// etcdAttack is the etcd-door attacker's state.
+type etcdAttack struct {
+	srcStreams        string
+	srcCalls          string
+	tls, tlsNoCert    *tls.Config
+	tenantToken       string
+	leases            *Leases
+	progressSent      atomic.Int64
+	progressStreams   atomic.Int64
+	idleOpened        atomic.Int64 // created in the client
+	idleRefused       atomic.Int64 // answered ResourceExhausted
+	idleEnded         atomic.Int64 // ended otherwise before the attack did
+	idleWaited        atomic.Int64 // never got a stream of their connection (the client waited)
+	healthServing     atomic.Int64 // health streams that heard SERVING or NOT_SERVING
+	healthRefused     atomic.Int64
+	healthEnded       atomic.Int64
+	mu                sync.Mutex
+	held              map[string]int // idle and health streams open at the end, per node
+	metaRefused       []string       // "node: how"
+	metaServed        []string
+	metaInconclusive  int
+	leaseRefused      map[string]int // "token op" -> PermissionDenied answers
+	aliveRefused      map[string]int // "token op" -> PermissionDenied answers for the kept-alive lease
+	leaseOther        map[string]int // "token op" -> other errors (faults)
+	leaseTargets      map[int64]bool
+	tenantLease       int64
+	tenantControls    []string // control failures
+	tenantControlsOK  int
+	samples           map[string]*nodeSample // node/pid
+	sampleErrs        int
+	goroutineReadings int
+}
+
+type nodeSample struct {
+	node                  string
+	pid                   int
+	firstRSS, maxRSS      int64
+	maxGoroutines         int
+	rssReads, goroutineRd int
+}
+
+// prepareEtcd makes the tenant's policy and token (before the attacker records the ACL
+// tokens) and the TLS configs; nil when the cluster serves no etcd door.
+func (a *attacker) prepareEtcd(ctx context.Context) error {
+	ids := a.c.Members()
+	if len(ids) == 0 || a.c.EtcdAddr(ids[0]) == "" {
+		return nil
+	}
+	e := &etcdAttack{srcStreams: etcdAttackHost(a.c.cfg.Subnet, 0), srcCalls: etcdAttackHost(a.c.cfg.Subnet, 1), held: map[string]int{}, leaseRefused: map[string]int{},
+		aliveRefused: map[string]int{}, leaseOther: map[string]int{}, leaseTargets: map[int64]bool{},
+		samples: map[string]*nodeSample{}}
+	e.tls = a.c.tls.client.Clone()
+	e.tlsNoCert = a.c.tls.client.Clone()
+	e.tlsNoCert.Certificates = nil
+	root := a.rootClient()
+	defer root.Close()
+	if _, err := root.ACLPolicyPut(ctx, api.ACLPolicy{Name: "chaos-tenant",
+		Keys: []api.ACLKeyRule{{Prefix: tenantPrefix, Access: api.AccessWrite}}}); err != nil {
+		return err
+	}
+	tok, err := root.ACLTokenCreate(ctx, api.ACLTokenRequest{Policies: []string{"chaos-tenant"}})
+	if err != nil {
+		return err
+	}
+	e.tenantToken = tok.SecretID
+	a.etcd = e
+	return nil
+}
+
+// dialer binds the attacker's connections to source address src.
+func dialerFrom(src string) *net.Dialer {
+	return &net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+}
+
+// conn is a gRPC connection of its own to addr (one HTTP/2 connection) from src, with
+// the client certificate unless noCert.
+func (e *etcdAttack) conn(src, addr string, noCert bool) (*grpc.ClientConn, error) {
+	cfg := e.tls
+	if noCert {
+		cfg = e.tlsNoCert
+	}
+	d := dialerFrom(src)
+	return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}))
+}
+
+func withToken(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, token)
+}
+
+// startEtcd starts the etcd-door attacks; they end with ctx.
+func (a *attacker) startEtcd(ctx context.Context, leases *Leases, prefix string) {
+	e := a.etcd
+	e.leases = leases
+	a.sample(ctx) // the baseline of each node, before the attack
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+				a.sample(ctx)
+			}
+		}
+	}()
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.leaseLoop(ctx) }()
+	for i, id := range a.c.Members() {
+		addr := a.c.EtcdAddr(id)
+		delay := time.Duration(i) * time.Second // the nodes one after another
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if sleepCtx(ctx, delay) {
+				a.metadataLoop(ctx, id, addr)
+			}
+		}()
+		// The progress flood's stream first: the idle streams then take the rest of
+		// the client's budget.
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if sleepCtx(ctx, delay) {
+				a.progressFlood(ctx, id, addr, prefix)
+			}
+		}()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if sleepCtx(ctx, 2*time.Second+delay) {
+				a.idleStreams(ctx, id, addr)
+			}
+		}()
+	}
+}
+
+// progressFlood creates a watch of prefix on one stream and sends it
+// etcdProgressRequests progress requests, reading nothing.
+func (a *attacker) progressFlood(ctx context.Context, id, addr, prefix string) {
+	e := a.etcd
+	cc, err := e.conn(e.srcStreams, addr, false)
+	if err != nil {
+		a.breach("etcd: connection to %s: %v", id, err)
+		return
+	}
+	defer cc.Close()
+	st, err := pb.NewWatchClient(cc).Watch(withToken(ctx, a.roToken))
+	if err != nil {
+		return // the node is down, or the attack ended
+	}
+	e.progressStreams.Add(1)
+	end := []byte(prefix)
+	end[len(end)-1]++
+	if st.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+		Key: []byte(prefix), RangeEnd: end}}}) != nil {
+		return
+	}
+	req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
+	for range etcdProgressRequests {
+		if st.Send(req) != nil {
+			break
+		}
+		e.progressSent.Add(1)
+	}
+	<-ctx.Done() // hold the stream, unread, until the attack ends
+}
+
+// idleStreams opens the health streams, then the idle Watch streams, on connections
+// of their own, and holds them until the attack ends.
+func (a *attacker) idleStreams(ctx context.Context, id, addr string) {
+	e := a.etcd
+	var held atomic.Int64
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		e.mu.Lock()
+		e.held[id] = int(held.Load())
+		e.mu.Unlock()
+	}()
+	hc, err := e.conn(e.srcStreams, addr, true)
+	if err != nil {
+		a.breach("etcd: connection to %s: %v", id, err)
+		return
+	}
+	defer hc.Close()
+	health := healthpb.NewHealthClient(hc)
+	for range etcdHealthStreams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := health.Watch(ctx, &healthpb.HealthCheckRequest{}) // no token
+			if err != nil {
+				return
+			}
+			if _, err = st.Recv(); err == nil {
+				e.healthServing.Add(1)
+				held.Add(1)
+				if _, err = st.Recv(); ctx.Err() != nil {
+					return // held to the end
+				}
+				held.Add(-1)
+			}
+			switch {
+			case ctx.Err() != nil:
+			case status.Code(err) == codes.ResourceExhausted:
+				e.healthRefused.Add(1)
+			default:
+				e.healthEnded.Add(1)
+			}
+		}()
+	}
+	if !sleepCtx(ctx, time.Second) {
+		return
+	}
+	for _, n := range etcdIdleStreams {
+		cc, err := e.conn(e.srcStreams, addr, false)
+		if err != nil {
+			a.breach("etcd: connection to %s: %v", id, err)
+			return
+		}
+		defer cc.Close()
+		w := pb.NewWatchClient(cc)
+		tctx := withToken(ctx, a.roToken)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := w.Watch(tctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						e.idleWaited.Add(1)
+					} else {
+						e.idleEnded.Add(1)
+					}
+					return
+				}
+				e.idleOpened.Add(1)
+				held.Add(1)
+				_, err = st.Recv()
+				if ctx.Err() != nil {
+					return // held to the end
+				}
+				held.Add(-1)
+				if status.Code(err) == codes.ResourceExhausted {
+					e.idleRefused.Add(1)
+				} else {
+					e.idleEnded.Add(1)
+				}
+			}()
+		}
+	}
+	<-ctx.Done()
+}
+
+// metadataLoop tries the huge-metadata Range on node id until one try is conclusive.
+func (a *attacker) metadataLoop(ctx context.Context, id, addr string) {
+	e := a.etcd
+	for range etcdMetadataTries {
+		served, how, conclusive := a.hugeMetadata(ctx, addr)
+		e.mu.Lock()
+		switch {
+		case served:
+			e.metaServed = append(e.metaServed, id+": "+how)
+		case conclusive:
+			e.metaRefused = append(e.metaRefused, id+": "+how)
+		default:
+			e.metaInconclusive++
+		}
+		e.mu.Unlock()
+		if served || conclusive || !sleepCtx(ctx, 2*time.Second) {
+			return
+		}
+	}
+}
+
+// hugeMetadata sends, on one bare HTTP/2 connection, a serializable Range with 1 KiB
+// of metadata, which must be served, then one with etcdHugeMetadata bytes: served
+// reports whether the second was; conclusive, that the first was served (else the node
+// was down or paused and the try says nothing).
+func (a *attacker) hugeMetadata(ctx context.Context, addr string) (served bool, how string, conclusive bool) {
+	e := a.etcd
+	cfg := e.tls.Clone()
+	cfg.NextProtos = []string{"h2"}
+	cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := (&tls.Dialer{NetDialer: dialerFrom(e.srcCalls), Config: cfg}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return false, "dial: " + err.Error(), false
+	}
+	defer c.Close()
+	stop := context.AfterFunc(dctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	h := &h2conn{w: bufio.NewWriterSize(c, 64<<10), next: 1}
+	h.fr = http2.NewFramer(h.w, c)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	io.WriteString(h.w, http2.ClientPreface)
+	h.fr.WriteSettings()
+	req := &pb.RangeRequest{Key: []byte("k/0"), Serializable: true}
+	id, err := h.call(pb.KV_Range_FullMethodName, a.roToken, 1<<10, req)
+	if err != nil {
+		return false, "write: " + err.Error(), false
+	}
+	if ok, how := h.answer(id); !ok {
+		return false, "the 1 KiB control was not served: " + how, false
+	}
+	if id, err = h.call(pb.KV_Range_FullMethodName, a.roToken, etcdHugeMetadata, req); err != nil {
+		return false, "write: " + err.Error(), true // the server closed the connection while it came
+	}
+	served, how = h.answer(id)
+	// A node paused after the control holds the call unanswered: no verdict.
+	return served, how, served || !strings.Contains(how, "timeout")
+}
+
+// h2conn is a bare HTTP/2 client connection: what a hostile client sends, unchecked
+// by gRPC's client.
+type h2conn struct {
+	w    *bufio.Writer
+	fr   *http2.Framer
+	next uint32
+}
+
+// call starts a gRPC call of method with token and pad bytes of extra metadata and
+// sends msg; it returns the stream ID.
+func (h *h2conn) call(method, token string, pad int, msg proto.Message) (uint32, error) {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":path", method}, {":authority", "keel"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}, {rpctypes.TokenFieldNameGRPC, token},
+		{"x-pad", strings.Repeat("p", pad)}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
+	}
+	b := block.Bytes()
+	id := h.next
+	h.next += 2
+	n := min(len(b), 16384)
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:n], EndHeaders: n == len(b)}); err != nil {
+		return id, err
+	}
+	for b = b[n:]; len(b) > 0; b = b[n:] {
+		n = min(len(b), 16384)
+		if err := h.fr.WriteContinuation(id, n == len(b), b[:n]); err != nil {
+			return id, err
+		}
+	}
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		return id, err
+	}
+	frame := make([]byte, 5, 5+len(body))
+	binary.BigEndian.PutUint32(frame[1:], uint32(len(body)))
+	if err := h.fr.WriteData(id, true, append(frame, body...)); err != nil {
+		return id, err
+	}
+	return id, h.w.Flush()
+}
+
+// answer reads frames until the server's verdict on stream id: served (headers without
+// an error status), or refused (a reset stream, a GOAWAY, a closed connection, an error
+// status).
+func (h *h2conn) answer(id uint32) (bool, string) {
+	for range 1000 {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			return false, "connection: " + err.Error()
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				h.fr.WriteSettingsAck()
+				h.w.Flush()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				h.fr.WritePing(true, f.Data)
+				h.w.Flush()
+			}
+		case *http2.GoAwayFrame:
+			return false, "GOAWAY " + f.ErrCode.String()
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return false, "RST_STREAM " + f.ErrCode.String()
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID != id {
+				continue
+			}
+			if st := f.PseudoValue("status"); st != "" && st != "200" {
+				return false, "HTTP status " + st
+			}
+			for _, hf := range f.Fields {
+				if hf.Name == "grpc-status" {
+					msg := ""
+					for _, m := range f.Fields {
+						if m.Name == "grpc-message" {
+							msg = " " + m.Value
+						}
+					}
+					return hf.Value == "0", "grpc-status " + hf.Value + msg
+				}
+			}
+			return true, "headers"
+		}
+	}
+	return false, "no answer in 1000 frames"
+}
+
+// Lease tokens of the attack, by name.
+const (
+	roTokenName     = "read-only"
+	tenantTokenName = "tenant"
+)
+
+// leaseLoop runs the lease attack etcdLeaseRounds times, etcdLeaseEvery apart: the
+// tenant's control lease first, and its revoke last.
+func (a *attacker) leaseLoop(ctx context.Context) {
+	e := a.etcd
+	ids := a.c.Members()
+	for round := 0; round < etcdLeaseRounds && ctx.Err() == nil; round++ {
+		id := ids[round%len(ids)]
+		cc, err := e.conn(e.srcCalls, a.c.EtcdAddr(id), false)
+		if err != nil {
+			a.breach("etcd: connection to %s: %v", id, err)
+			return
+		}
+		a.leaseRound(ctx, cc, round)
+		cc.Close()
+		sleepCtx(ctx, etcdLeaseEvery)
+	}
+	if e.tenantLease != 0 {
+		// The control's end: its owner may revoke it (also after the attack ended).
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, id := range ids {
+			cc, err := e.conn(e.srcCalls, a.c.EtcdAddr(id), false)
+			if err != nil {
+				continue
+			}
+			_, err = pb.NewLeaseClient(cc).LeaseRevoke(withToken(rctx, e.tenantToken), &pb.LeaseRevokeRequest{ID: e.tenantLease})
+			cc.Close()
+			if err == nil {
+				e.control(true, "")
+				return
+			}
+		}
+		e.control(false, "the tenant could not revoke its own lease on any node")
+	}
+}
+
+func (e *etcdAttack) control(ok bool, problem string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ok {
+		e.tenantControlsOK++
+	} else if len(e.tenantControls) < 10 {
+		e.tenantControls = append(e.tenantControls, problem)
+	}
+}
+
+// targets are the workload's leases: the kept-alive and the abandoned one, and every
+// lease the management token lists now (the lock sessions') but the tenant's own.
+func (a *attacker) targets(ctx context.Context, lc pb.LeaseClient) (alive int64, ids []int64) {
+	e := a.etcd
+	set := map[int64]bool{}
+	if e.leases != nil {
+		e.leases.mu.Lock()
+		alive = e.leases.log.AliveID
+		set[alive], set[e.leases.log.AbandonedID] = true, true
+		e.leases.mu.Unlock()
+	}
+	cctx, cancel := context.WithTimeout(withToken(ctx, a.c.Token()), etcdCallTimeout)
+	defer cancel()
+	if resp, err := lc.LeaseLeases(cctx, &pb.LeaseLeasesRequest{}); err == nil {
+		for _, l := range resp.Leases {
+			set[l.ID] = true
+		}
+	}
+	delete(set, 0)
+	delete(set, e.tenantLease)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range set {
+		ids = append(ids, id)
+		e.leaseTargets[id] = true
+	}
+	slices.Sort(ids)
+	return alive, ids
+}
+
+// leaseRound: the tenant's control, then each token's list, revoke, keepalive and
+// time to live of every workload lease.
+func (a *attacker) leaseRound(ctx context.Context, cc *grpc.ClientConn, round int) {
+	e := a.etcd
+	lc := pb.NewLeaseClient(cc)
+	tctx := withToken(ctx, e.tenantToken)
+	if e.tenantLease == 0 {
+		cctx, cancel := context.WithTimeout(tctx, etcdCallTimeout)
+		g, err := lc.LeaseGrant(cctx, &pb.LeaseGrantRequest{TTL: 60})
+		cancel()
+		if err == nil {
+			e.tenantLease = g.ID
+		} else if round == etcdLeaseRounds-1 {
+			e.control(false, "the tenant was never granted a lease: "+err.Error())
+		}
+	}
+	alive, targets := a.targets(ctx, lc)
+	for _, tok := range []struct{ name, secret string }{{roTokenName, a.roToken}, {tenantTokenName, e.tenantToken}} {
+		kctx := withToken(ctx, tok.secret)
+		cctx, cancel := context.WithTimeout(kctx, etcdCallTimeout)
+		resp, err := lc.LeaseLeases(cctx, &pb.LeaseLeasesRequest{})
+		cancel()
+		if err == nil {
+			ownSeen := false
+			for _, l := range resp.Leases {
+				e.mu.Lock()
+				target := e.leaseTargets[l.ID]
+				e.mu.Unlock()
+				if target {
+					a.breach("etcd: the %s token's LeaseLeases listed the workload's lease %x", tok.name, l.ID)
+				}
+				ownSeen = ownSeen || l.ID == e.tenantLease
+			}
+			if tok.name == tenantTokenName && e.tenantLease != 0 {
+				e.control(ownSeen, fmt.Sprintf("the tenant's LeaseLeases did not list its own lease %x", e.tenantLease))
+			}
+		} else {
+			e.refusal(tok.name, "list", false, err)
+		}
+		if tok.name == tenantTokenName && e.tenantLease != 0 {
+			ttl, err := keepAliveOnce(kctx, lc, e.tenantLease)
+			e.control(err == nil && ttl > 0, fmt.Sprintf("the tenant's keepalive of its own lease: ttl %d, %v", ttl, err))
+		}
+		for _, id := range targets {
+			isAlive := id == alive
+			cctx, cancel := context.WithTimeout(kctx, etcdCallTimeout)
+			_, err := lc.LeaseRevoke(cctx, &pb.LeaseRevokeRequest{ID: id})
+			cancel()
+			if err == nil {
+				a.breach("etcd: the %s token revoked the workload's lease %x", tok.name, id)
+			} else {
+				e.refusal(tok.name, "revoke", isAlive, err)
+			}
+			ttl, err := keepAliveOnce(kctx, lc, id)
+			if err == nil && ttl > 0 {
+				a.breach("etcd: the %s token kept the workload's lease %x alive (ttl %d)", tok.name, id, ttl)
+			} else if err != nil {
+				e.refusal(tok.name, "keepalive", isAlive, err)
+			}
+			cctx, cancel = context.WithTimeout(kctx, etcdCallTimeout)
+			t, err := lc.LeaseTimeToLive(cctx, &pb.LeaseTimeToLiveRequest{ID: id, Keys: true})
+			cancel()
+			if err == nil && t.TTL > 0 {
+				a.breach("etcd: the %s token looked the workload's lease %x up: ttl %d, keys %q", tok.name, id, t.TTL, t.Keys)
+			} else if err != nil {
+				e.refusal(tok.name, "timetolive", isAlive, err)
+			}
+		}
+	}
+}
+
+// keepAliveOnce sends one keepalive of id on a stream of its own and returns the TTL
+// answered.
+func keepAliveOnce(ctx context.Context, lc pb.LeaseClient, id int64) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
+	defer cancel()
+	st, err := lc.LeaseKeepAlive(cctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+		_, err = st.Recv() // the stream's error
+		return 0, err
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		return 0, err
+	}
+	return resp.TTL, nil
+}
+
+// refusal counts an error answer: PermissionDenied is a refusal, anything else (a
+// fault: Unavailable, a deadline) says nothing.
+func (e *etcdAttack) refusal(token, op string, alive bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if status.Code(err) == codes.PermissionDenied {
+		e.leaseRefused[token+" "+op]++
+		if alive {
+			e.aliveRefused[token+" "+op]++
+		}
+		return
+	}
+	e.leaseOther[token+" "+op]++
+}
+
+// sample reads every running node's RSS (/proc) and goroutines (/metrics).
+func (a *attacker) sample(ctx context.Context) {
+	e := a.etcd
+	for _, id := range a.c.Members() {
+		pid, paused := a.c.pidOf(id)
+		if pid == 0 {
+			continue
+		}
+		rss, rerr := procRSS(pid)
+		g := -1
+		if !paused {
+			mctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if m, err := a.c.Client(id).Metrics(mctx); err == nil {
+				g = metricValue(m, "go_goroutines")
+			}
+			cancel()
+		}
+		key := fmt.Sprintf("%s/%d", id, pid)
+		e.mu.Lock()
+		s := e.samples[key]
+		if s == nil {
+			s = &nodeSample{node: id, pid: pid, firstRSS: -1}
+			e.samples[key] = s
+		}
+		if rerr == nil {
+			if s.firstRSS < 0 {
+				s.firstRSS = rss
+			}
+			s.maxRSS = max(s.maxRSS, rss)
+			s.rssReads++
+		} else {
+			e.sampleErrs++
+		}
+		if g >= 0 {
+			s.maxGoroutines = max(s.maxGoroutines, g)
+			s.goroutineRd++
+			e.goroutineReadings++
+		}
+		e.mu.Unlock()
+	}
+}
+
+// pidOf is node id's process ID (0 when it is not running) and whether it is paused.
+func (c *ProcCluster) pidOf(id string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.mu.nodes[id]
+	if n == nil || !n.running || n.cmd == nil || n.cmd.Process == nil {
+		return 0, false
+	}
+	return n.cmd.Process.Pid, n.paused
+}
+
+// procRSS is the resident set of process pid, in bytes (VmRSS).
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// metricValue is the value of an unlabelled metric in a Prometheus text exposition
+// (-1 when absent).
+func metricValue(text []byte, name string) int {
+	for line := range strings.SplitSeq(string(text), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return int(f)
+			}
+		}
+	}
+	return -1
+}
+
+// checkEtcd is the etcd attack's part of attacker.check (see the top of this file).
+func (a *attacker) checkEtcd(ctx context.Context) []string {
+	e := a.etcd
+	if e == nil {
+		return nil
+	}
+	a.sample(ctx) // once more, after the attack
+	var problems []string
+	add := func(format string, args ...any) {
+		problems = append(problems, "attacker: etcd: "+fmt.Sprintf(format, args...))
+	}
+	aliveID, lost, gone := a.aliveGone(ctx)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	keys := make([]string, 0, len(e.samples))
+	for k := range e.samples {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		s := e.samples[k]
+		a.logf("attacker: etcd: node %s (pid %d): RSS %d -> at most %d MiB in %d readings, at most %d goroutines in %d",
+			s.node, s.pid, s.firstRSS>>20, s.maxRSS>>20, s.rssReads, s.maxGoroutines, s.goroutineRd)
+		if s.rssReads > 0 && s.maxRSS-s.firstRSS >= etcdMaxRSSGrowth {
+			add("node %s (pid %d) grew from %d to %d MiB of RSS under the attack, %d MiB or more", s.node, s.pid,
+				s.firstRSS>>20, s.maxRSS>>20, etcdMaxRSSGrowth>>20)
+		}
+		if s.maxGoroutines >= etcdMaxGoroutines {
+			add("node %s (pid %d) ran %d goroutines under the attack, %d or more", s.node, s.pid, s.maxGoroutines, etcdMaxGoroutines)
+		}
+	}
+	if e.goroutineReadings == 0 {
+		add("no node's goroutines were read (/metrics): their bound proved nothing")
+	}
+	for id, n := range e.held {
+		if n > maxStreamsPerClient {
+			add("node %s held %d streams of one client at the end, over its %d", id, n, maxStreamsPerClient)
+		}
+	}
+	a.logf("attacker: etcd: progress flood %d requests on %d unread streams; idle Watch streams %d opened, %d refused (ResourceExhausted), "+
+		"%d ended, %d waited to the end for their connection; health Watch streams without a token %d served, %d refused, %d ended; "+
+		"held at the end %v; huge metadata refused %q, served %q, %d tries inconclusive",
+		e.progressSent.Load(), e.progressStreams.Load(), e.idleOpened.Load(), e.idleRefused.Load(), e.idleEnded.Load(),
+		e.idleWaited.Load(), e.healthServing.Load(), e.healthRefused.Load(), e.healthEnded.Load(), e.held,
+		e.metaRefused, e.metaServed, e.metaInconclusive)
+	a.logf("attacker: etcd: leases: %d workload leases attacked; refused (PermissionDenied) %v, of the kept-alive lease %x %v; "+
+		"other errors %v; tenant controls %d ok, failed %q", len(e.leaseTargets), e.leaseRefused, aliveID, e.aliveRefused,
+		e.leaseOther, e.tenantControlsOK, e.tenantControls)
+	if e.progressSent.Load() == 0 {
+		add("no progress request was sent")
+	}
+	if e.idleOpened.Load() == 0 || e.healthServing.Load() == 0 {
+		add("%d idle Watch and %d health Watch streams were opened: the stream attack proved nothing",
+			e.idleOpened.Load(), e.healthServing.Load())
+	}
+	if e.idleRefused.Load()+e.healthRefused.Load() == 0 {
+		add("no stream was refused: the attacker never reached the %d streams one client may hold", maxStreamsPerClient)
+	}
+	for _, s := range e.metaServed {
+		add("a Range with %d KiB of metadata was served by %s", etcdHugeMetadata>>10, s)
+	}
+	if len(e.metaRefused) == 0 {
+		add("no node answered the Range with huge metadata conclusively (%d tries)", e.metaInconclusive)
+	}
+	for _, tok := range []string{roTokenName, tenantTokenName} {
+		for _, op := range []string{"revoke", "keepalive", "timetolive"} {
+			if aliveID != 0 && e.aliveRefused[tok+" "+op] == 0 {
+				add("the %s token's %s of the workload's kept-alive lease was never refused (PermissionDenied)", tok, op)
+			}
+		}
+	}
+	if aliveID == 0 {
+		add("the workload's kept-alive lease is unknown: its leases were not attacked")
+	}
+	for _, c := range e.tenantControls {
+		add("tenant control: %s", c)
+	}
+	if e.tenantControlsOK == 0 {
+		add("no control of the tenant's own lease succeeded: the lease calls proved nothing")
+	}
+	switch {
+	case gone != nil:
+		add("%v", gone)
+	case lost != "":
+		a.logf("attacker: etcd: the workload's kept-alive lease %x was lost to a fault (%s): its survival says nothing", aliveID, lost)
+	}
+	return problems
+}
+
+// maxStreamsPerClient is the agent's default -max-conns-per-client: the streams and
+// connections one client address may hold of a node.
+const maxStreamsPerClient = 2500
+
+// aliveGone asks, with the management token, whether the workload's kept-alive lease
+// is still granted: an error unless it is, or the workload's KeepAlive reported it
+// lost (lost).
+func (a *attacker) aliveGone(ctx context.Context) (id int64, lost string, gone error) {
+	e := a.etcd
+	if e.leases == nil {
+		return 0, "", nil
+	}
+	e.leases.mu.Lock()
+	id, lost = e.leases.log.AliveID, e.leases.log.Lost
+	e.leases.mu.Unlock()
+	if id == 0 {
+		return 0, "", nil
+	}
+	var last error
+	for _, n := range a.c.Members() {
+		cc, err := e.conn(e.srcCalls, a.c.EtcdAddr(n), false)
+		if err != nil {
+			last = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(withToken(ctx, a.c.Token()), etcdCallTimeout)
+		t, err := pb.NewLeaseClient(cc).LeaseTimeToLive(cctx, &pb.LeaseTimeToLiveRequest{ID: id})
+		cancel()
+		cc.Close()
+		switch {
+		case err != nil:
+			last = err
+			continue
+		case t.TTL > 0:
+			return id, "", nil
+		case lost != "":
+			return id, lost, nil
+		}
+		return id, lost, fmt.Errorf("the workload's kept-alive lease %x is gone after the run (ttl %d on %s) and its KeepAlive never reported it lost",
+			id, t.TTL, n)
+	}
+	return id, lost, fmt.Errorf("the workload's kept-alive lease %x could not be looked up after the run: %v", id, last)
+}
