@@ -160,13 +160,16 @@ func StartProcCluster(ctx context.Context, cfg ProcConfig) (*ProcCluster, error)
 		}
 		ids = append(ids, n.id)
 		if i == 0 {
-			if _, err := WaitLeader(ctx, c); err != nil {
-				c.Close()
-				return nil, fmt.Errorf("first node: %w", err)
-			}
+			// Bootstrap first (its client retries until the node leads): under ACLs a
+			// node shows a caller without a token only the public view of its status,
+			// which names no leader, so WaitLeader needs the token.
 			if err := c.bootstrapACL(ctx, n); err != nil {
 				c.Close()
 				return nil, err
+			}
+			if _, err := WaitLeader(ctx, c); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("first node: %w", err)
 			}
 		}
 	}
