@@ -92,23 +92,27 @@ func etcdAttackHost(subnet, i int) string { return fmt.Sprintf("127.%d.0.%d", su
 
 // etcdAttack is the etcd-door attacker's state.
 type etcdAttack struct {
-	srcStreams        string
-	srcCalls          string
-	tls, tlsNoCert    *tls.Config
-	tenantToken       string
-	leases            *Leases
-	progressSent      atomic.Int64
-	progressStreams   atomic.Int64
-	idleOpened        atomic.Int64 // created in the client
-	idleRefused       atomic.Int64 // answered ResourceExhausted
-	idleEnded         atomic.Int64 // ended otherwise before the attack did
-	idleWaited        atomic.Int64 // never got a stream of their connection (the client waited)
-	healthServing     atomic.Int64 // health streams that heard SERVING or NOT_SERVING
-	healthRefused     atomic.Int64
-	healthEnded       atomic.Int64
-	mu                sync.Mutex
-	held              map[string]int // idle and health streams open at the end, per node
-	metaRefused       []string       // "node: how"
+	srcStreams      string
+	srcCalls        string
+	tls, tlsNoCert  *tls.Config
+	tenantToken     string
+	leases          *Leases
+	progressSent    atomic.Int64
+	progressStreams atomic.Int64
+	idleOpened      atomic.Int64 // created in the client
+	idleRefused     atomic.Int64 // answered ResourceExhausted
+	idleEnded       atomic.Int64 // ended otherwise before the attack did
+	idleWaited      atomic.Int64 // never got a stream of their connection (the client waited)
+	healthServing   atomic.Int64 // health streams that heard SERVING or NOT_SERVING
+	healthRefused   atomic.Int64
+	healthEnded     atomic.Int64
+	mu              sync.Mutex
+	// held are the idle and health streams open at the end per node, as the client
+	// sees them: a stream the server refused for its connection's bound
+	// (REFUSED_STREAM) is retried by gRPC's client, and one that waits for its retry
+	// looks open; the server's own count shows in its goroutines.
+	held              map[string]int
+	metaRefused       []string // "node: how"
 	metaServed        []string
 	metaInconclusive  int
 	leaseRefused      map[string]int // "token op" -> PermissionDenied answers
@@ -810,14 +814,9 @@ func (a *attacker) checkEtcd(ctx context.Context) []string {
 	if e.goroutineReadings == 0 {
 		add("no node's goroutines were read (/metrics): their bound proved nothing")
 	}
-	for id, n := range e.held {
-		if n > maxStreamsPerClient {
-			add("node %s held %d streams of one client at the end, over its %d", id, n, maxStreamsPerClient)
-		}
-	}
 	a.logf("attacker: etcd: progress flood %d requests on %d unread streams; idle Watch streams %d opened, %d refused (ResourceExhausted), "+
 		"%d ended, %d waited to the end for their connection; health Watch streams without a token %d served, %d refused, %d ended; "+
-		"held at the end %v; huge metadata refused %q, served %q, %d tries inconclusive",
+		"open at the end (the client's view) %v; huge metadata refused %q, served %q, %d tries inconclusive",
 		e.progressSent.Load(), e.progressStreams.Load(), e.idleOpened.Load(), e.idleRefused.Load(), e.idleEnded.Load(),
 		e.idleWaited.Load(), e.healthServing.Load(), e.healthRefused.Load(), e.healthEnded.Load(), e.held,
 		e.metaRefused, e.metaServed, e.metaInconclusive)
