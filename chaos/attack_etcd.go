@@ -530,22 +530,24 @@ func (a *attacker) leaseLoop(ctx context.Context) {
 		sleepCtx(ctx, etcdLeaseEvery)
 	}
 	if e.tenantLease != 0 {
-		// The control's end: its owner may revoke it (also after the attack ended).
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		// The control's end: its owner may revoke it (after the attack ended, the
+		// faults healed).
+		var last error
 		for _, id := range ids {
 			cc, err := e.conn(e.srcCalls, a.c.EtcdAddr(id), false)
 			if err != nil {
 				continue
 			}
-			_, err = pb.NewLeaseClient(cc).LeaseRevoke(withToken(rctx, e.tenantToken), &pb.LeaseRevokeRequest{ID: e.tenantLease})
+			rctx, cancel := context.WithTimeout(withToken(context.Background(), e.tenantToken), etcdCallTimeout)
+			_, last = pb.NewLeaseClient(cc).LeaseRevoke(rctx, &pb.LeaseRevokeRequest{ID: e.tenantLease})
+			cancel()
 			cc.Close()
-			if err == nil {
+			if last == nil {
 				e.control(true, "")
 				return
 			}
 		}
-		e.control(false, "the tenant could not revoke its own lease on any node")
+		e.control(false, fmt.Sprintf("the tenant could not revoke its own lease %x on any node: %v", e.tenantLease, last))
 	}
 }
 
@@ -629,8 +631,11 @@ func (a *attacker) leaseRound(ctx context.Context, cc *grpc.ClientConn, round in
 			e.refusal(tok.name, "list", false, err)
 		}
 		if tok.name == tenantTokenName && e.tenantLease != 0 {
+			// A fault's answer (no leader, a deadline) says nothing either way.
 			ttl, err := keepAliveOnce(kctx, lc, e.tenantLease)
-			e.control(err == nil && ttl > 0, fmt.Sprintf("the tenant's keepalive of its own lease: ttl %d, %v", ttl, err))
+			if err == nil || status.Code(err) == codes.PermissionDenied {
+				e.control(err == nil && ttl > 0, fmt.Sprintf("the tenant's keepalive of its own lease %x: ttl %d, %v", e.tenantLease, ttl, err))
+			}
 		}
 		for _, id := range targets {
 			isAlive := id == alive
