@@ -180,13 +180,15 @@ func StartDockerCluster(ctx context.Context, image, dir string, n int, logf func
 		}
 		ids = append(ids, id)
 		if i == 0 {
-			if _, err := WaitLeader(ctx, c); err != nil {
-				c.Close()
-				return nil, fmt.Errorf("first container: %w", err)
-			}
+			// Bootstrap first, as StartProcCluster does: under ACLs a tokenless
+			// caller sees only the public status, which names no leader.
 			if err := c.bootstrapACL(ctx, c.node(id)); err != nil {
 				c.Close()
 				return nil, err
+			}
+			if _, err := WaitLeader(ctx, c); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("first container: %w", err)
 			}
 		}
 	}
