@@ -1,8 +1,11 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"math/bits"
 )
 
 // What Open makes of damage in the last segment.
@@ -45,46 +48,59 @@ import (
 // sectorSize is the unit a disk writes whole.
 const sectorSize = 512
 
-// minZeroRun is the shortest all-zero stretch of a sector taken as a lost sector.
-const minZeroRun = 8
-
 // judgeDamage returns "" when the damage at d in data (the last segment) is a torn
 // write, or why it is not. next is the index the record at d should hold and
 // lastTerm the term of the good record before it (0 for none).
 func judgeDamage(data []byte, d int64, next, lastTerm uint64) string {
 	n := int64(len(data))
 	rec := data[d:]
+	if len(rec) < 4 {
+		return "" // the file ends inside a length field
+	}
+	t := tornView{data: data, d: d}
+	size := int64(binary.LittleEndian.Uint32(rec))
+	lenLost := t.lostIn(d, d+4)
+	end := int64(-1) // the record's end, when its length field can be believed
 	pastEOF := false
 	switch {
-	case len(rec) < 4:
-		return "" // the file ends inside a length field
-	case binary.LittleEndian.Uint32(rec) == 0:
-		// A zeroed length field: a sector that was never written.
+	case lenLost:
+		// Some of the length field is in a lost piece: what it reads says nothing of
+		// where the record ends (its high bytes lost, 70,045 reads 4,509; its low
+		// bytes, 65,536).
+	case size == 0:
+		return fmt.Sprintf("the record at offset %d has a zero length field in a sector that was written", d)
+	case size < payloadFixed || size > MaxRecordBytes:
+		return fmt.Sprintf("a record length of %d is neither a record nor zeros", size)
 	default:
-		size := int64(binary.LittleEndian.Uint32(rec))
-		if size < payloadFixed || size > MaxRecordBytes {
-			return fmt.Sprintf("a record length of %d is neither a record nor zeros", size)
-		}
-		end := d + recordHeader + size
+		end = d + recordHeader + size
 		if m, ok := peekMark(rec); ok && m.end && end < n {
 			return fmt.Sprintf("the record at offset %d ends a batch and %d bytes follow it: that batch "+
 				"was acknowledged", d, n-end)
 		}
-		if len(rec) >= recordHeader+8 {
-			if idx := binary.LittleEndian.Uint64(rec[recordHeader:]); idx != 0 && idx != next {
-				return fmt.Sprintf("the record at offset %d holds index %d where %d belongs", d, idx, next)
-			}
+	}
+	var want [8]byte
+	binary.LittleEndian.PutUint64(want[:], next)
+	for i := int64(0); i < 8 && recordHeader+i < int64(len(rec)); i++ {
+		if at := d + recordHeader + i; data[at] != want[i] && !t.lost(at) {
+			var idx [8]byte
+			copy(idx[:], rec[recordHeader:])
+			return fmt.Sprintf("the record at offset %d holds index %d where %d belongs", d,
+				binary.LittleEndian.Uint64(idx[:]), next)
 		}
-		if end > n {
-			pastEOF = true
-			if completeAt(rec) {
-				return fmt.Sprintf("the record at offset %d is whole up to the end of the file, but its "+
-					"length field is damaged", d)
-			}
-		} else if !lostSector(data, d, d, end) {
-			return fmt.Sprintf("the record at offset %d fails its checksum although the file holds all "+
-				"of it and none of its sectors reads as zeros: damaged after it was written", d)
+	}
+	switch {
+	case end > n:
+		pastEOF = true
+		if completeAt(rec) {
+			return fmt.Sprintf("the record at offset %d is whole up to the end of the file, but its "+
+				"length field is damaged", d)
 		}
+	case end >= 0 && !t.lostIn(d, end):
+		return fmt.Sprintf("the record at offset %d fails its checksum although the file holds all "+
+			"of it and none of its sectors reads as zeros: damaged after it was written", d)
+	}
+	if why := oneBitOff(data, d, next, lastTerm, t.wholePayloadCheck(end)); why != "" {
+		return why
 	}
 	return goodRecordAfter(data, d, next, lastTerm, pastEOF)
 }
@@ -102,23 +118,186 @@ func completeAt(rec []byte) bool {
 	return problem == ""
 }
 
-// lostSector tells whether one of the sectors that [from, to) touches reads as zeros
-// from max(d, the sector's start) to the sector's end or the end of the file. Zeros
-// that reach the end of the file always count (a marked record never ends in a zero
-// byte); a stretch that starts at d and ends inside the file counts only from
-// minZeroRun bytes on.
-func lostSector(data []byte, d, from, to int64) bool {
-	n := int64(len(data))
-	for s := from / sectorSize * sectorSize; s < to; s += sectorSize {
-		lo, hi := max(s, d), min(s+sectorSize, n)
-		if lo >= hi || (hi < n && hi-lo < minZeroRun) {
-			continue
-		}
-		if allZero(data[lo:hi]) {
+// tornView is the last segment as the torn-write model sees it from the first bad
+// record at d on: pieces that a lost write would leave as zeros. The first piece runs
+// from d to the next sector boundary (d can be where the batch being written began:
+// after any record, since a suffix deletion can end the log mid-batch); the others
+// are the sectors after it; the last ends at the end of the file.
+type tornView struct {
+	data []byte
+	d    int64
+}
+
+// piece returns the piece that holds byte i (i >= d).
+func (t tornView) piece(i int64) (lo, hi int64) {
+	s := i / sectorSize * sectorSize
+	return max(s, t.d), min(s+sectorSize, int64(len(t.data)))
+}
+
+// lost tells whether byte i is in a piece that reads as zeros.
+func (t tornView) lost(i int64) bool {
+	if i < t.d || i >= int64(len(t.data)) {
+		return false
+	}
+	lo, hi := t.piece(i)
+	return allZero(t.data[lo:hi])
+}
+
+// lostIn tells whether a byte of [from, to) is in a piece that reads as zeros.
+func (t tornView) lostIn(from, to int64) bool {
+	to = min(to, int64(len(t.data)))
+	for i := max(from, t.d); i < to; {
+		if t.lost(i) {
 			return true
 		}
+		_, hi := t.piece(i)
+		i = hi
 	}
 	return false
+}
+
+// firstLost returns the first byte at or after d in a piece that reads as zeros, or -1.
+func (t tornView) firstLost() int64 {
+	for i := t.d; i < int64(len(t.data)); {
+		if t.lost(i) {
+			return i
+		}
+		_, hi := t.piece(i)
+		i = hi
+	}
+	return -1
+}
+
+// wholePayloadCheck tells whether oneBitOff must look for a flipped bit anywhere in the
+// record's payload, which costs a pass over it and, for a torn record, refuses one in
+// 2^32/(8·length) by chance. It need not when the damage is a lost suffix — every byte
+// from a lost piece in the record to the end of the file reads as zeros — of a record
+// that carries batch marks (or whose mark is lost with the suffix): an acknowledged
+// batch of this release ends in its last record's nonzero flags byte, so one flipped
+// bit never leaves a file that ends in zeros, except by making a length field point
+// into them, which oneBitOff checks anyway. end is the record's end (-1: unknown).
+func (t tornView) wholePayloadCheck(end int64) bool {
+	p := t.firstLost()
+	if p < 0 || (end >= 0 && p >= end) || !allZero(t.data[p:]) {
+		return true
+	}
+	if p <= t.d+offAppendedAt+1 {
+		return false // the mark is lost with the suffix (see "What this cannot see")
+	}
+	_, marked := peekMark(t.data[t.d:])
+	return !marked
+}
+
+// oneBitOff returns why the record at d is one flipped bit away from a good record of
+// index next (and a term from lastTerm on), or "". A torn write leaves whole pieces
+// as zeros and everything else as written: a file one bit away from an acknowledged
+// batch is what a bit flip leaves, and refused, even where zeros the record really
+// holds look like a lost piece. It tries the length the record's own fields give
+// (its data and extensions lengths) when that differs from the length field in one
+// bit, a flip of the checksum field, and, when payload is set, the one payload bit
+// that the checksums' difference points to (CRC-32C tells every single-bit error in
+// a record of up to 2^31 bits from every other).
+func oneBitOff(data []byte, d int64, next, lastTerm uint64, payload bool) string {
+	rec := data[d:]
+	size := binary.LittleEndian.Uint32(rec)
+	sum := func() uint32 { return binary.LittleEndian.Uint32(rec[4:]) }
+	good := func(p []byte, want uint32) bool {
+		if crc32.Checksum(p, castagnoli) != want {
+			return false
+		}
+		l, _, err := decodePayload(p)
+		return err == nil && l.Index == next && l.Term >= lastTerm
+	}
+	fits := func(size uint32) bool {
+		return size >= payloadFixed && size <= MaxRecordBytes && int64(size) <= int64(len(rec))-recordHeader
+	}
+	if own, ok := fieldsLength(rec); ok && own != size && bits.OnesCount32(own^size) == 1 && fits(own) &&
+		good(rec[recordHeader:recordHeader+own], sum()) {
+		return fmt.Sprintf("the record at offset %d is good but for one bit of its length field (%d, "+
+			"its fields make %d): damaged after it was written", d, size, own)
+	}
+	if !fits(size) {
+		return ""
+	}
+	p := rec[recordHeader : recordHeader+size]
+	syn := crc32.Checksum(p, castagnoli) ^ sum()
+	if bits.OnesCount32(syn) == 1 && good(p, crc32.Checksum(p, castagnoli)) {
+		return fmt.Sprintf("the record at offset %d is good but for one bit of its checksum: damaged "+
+			"after it was written", d)
+	}
+	if !payload {
+		return ""
+	}
+	if j, bit, ok := crcBitError(syn, int(size)); ok {
+		fixed := bytes.Clone(p)
+		fixed[j] ^= 1 << bit
+		if good(fixed, sum()) {
+			return fmt.Sprintf("the record at offset %d is good but for bit %d of its payload byte %d "+
+				"(offset %d): damaged after it was written", d, bit, j, d+recordHeader+int64(j))
+		}
+	}
+	return ""
+}
+
+// fieldsLength is the payload length that rec's data and extensions length fields
+// make, when the file holds them.
+func fieldsLength(rec []byte) (uint32, bool) {
+	at := recordHeader + payloadFixed - 8 // the data length field
+	if len(rec) < at+4 {
+		return 0, false
+	}
+	dl := int64(binary.LittleEndian.Uint32(rec[at:]))
+	if int64(len(rec)) < int64(at)+4+dl+4 {
+		return 0, false
+	}
+	el := int64(binary.LittleEndian.Uint32(rec[int64(at)+4+dl:]))
+	n := payloadFixed + dl + el
+	if n > MaxRecordBytes {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// crcTable and crcUndo run CRC-32C's register over zero bytes, forward and back.
+var crcTable, crcUndo = func() (t [256]uint32, undo [256]byte) {
+	const poly = 0x82f63b78 // Castagnoli, reversed
+	for i := range t {
+		c := uint32(i)
+		for range 8 {
+			if c&1 == 1 {
+				c = c>>1 ^ poly
+			} else {
+				c >>= 1
+			}
+		}
+		t[i] = c
+	}
+	for i, c := range t {
+		undo[c>>24] = byte(i) // the top byte of t[i] is one to one in i
+	}
+	return t, undo
+}()
+
+// crcBitError finds the bit of an n-byte message whose flip changes its CRC-32C by
+// syn: byte j, bit b. The change a flip of bit b of byte j makes is crcTable[1<<b]
+// carried through the n-1-j bytes after it; so syn is carried back, a byte at a time,
+// until it is one of the eight.
+func crcBitError(syn uint32, n int) (j, b int, ok bool) {
+	var one [8]uint32
+	for b := range one {
+		one[b] = crcTable[1<<b]
+	}
+	x := syn
+	for m := 0; m < n; m++ {
+		for b, v := range one {
+			if x == v {
+				return n - 1 - m, b, true
+			}
+		}
+		i := crcUndo[x>>24]
+		x = (x^crcTable[i])<<8 | uint32(i)
+	}
+	return 0, 0, false
 }
 
 func allZero(b []byte) bool {

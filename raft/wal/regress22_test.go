@@ -247,9 +247,10 @@ func TestIssue22OpenIsLinearInTheTail(t *testing.T) {
 		t.Fatalf("16 MiB garbage tail: open = %v, want ErrCorrupt", err)
 	}
 
-	// A zeroed header, then 4 MiB where every 24 bytes hold a plausible header of a
-	// record of index 11 that fails its checksum.
-	tail := make([]byte, 8, 4<<20)
+	// A lost sector (zeros to the next sector boundary: a zeroed length field that no
+	// lost sector explains is refused at once), then 4 MiB where every 24 bytes hold a
+	// plausible header of a record of index 11 that fails its checksum.
+	tail := make([]byte, sectorSize-len(good)%sectorSize, 4<<20)
 	for len(tail) < cap(tail)-64 { // length 1000, a wrong checksum, index 11, term 1
 		tail = append(tail, 0xe8, 3, 0, 0, 1, 2, 3, 4, 11, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0)
 	}
