@@ -22,21 +22,28 @@
 // On Open every record is read and checked. A batch is written with one write and made
 // durable with one fdatasync before StoreLogs returns, and the next batch is written
 // only after that; so a power loss can damage only the batch being written, the way a
-// disk loses an unfinished write: the file ends early, or whole sectors of the batch
-// read as zeros. Open cuts such damage off, durably, before anything is appended, and
-// keeps the complete records of that batch that precede it (never acknowledged, but
-// keeping them is as good as the batch having been acknowledged and the answer lost,
-// which Raft tolerates). Open logs how many bytes it cut and where.
+// disk loses an unfinished write: the file ends early, or whole pieces of the write —
+// from its start to the next 512-byte sector boundary, then whole sectors — read as
+// zeros, in any order; no written byte changes. Open cuts such damage off, durably,
+// before anything is appended, and keeps the complete records of that batch that
+// precede it (never acknowledged, but keeping them is as good as the batch having
+// been acknowledged and the answer lost, which Raft tolerates). Open logs how many
+// bytes it cut and where.
 //
 // Any other damage is corruption, and Open refuses to start with ErrCorrupt naming the
 // file, the offset, the first index affected and why: damage in a segment that is not
-// the last; a record the file holds whole that fails its checksum with none of its
-// sectors zeroed (a flipped bit — in the final record too); garbage; and damage in, or
+// the last; a record the file holds whole that fails its checksum with no piece of it
+// reading as zeros; a record one flipped bit away from a good one — in the final
+// record too, and in a record whose data holds zeros of its own, which a lost sector
+// is told from by the checksum (CRC-32C locates a single flipped bit; a lost sector
+// leaves a record one bit from a good one only if it held a single set bit, which
+// reads exactly as that bit flipped, and is refused); garbage; and damage in, or
 // before, a batch that another batch followed in the file — that batch was durable
 // before the next was written, so it was acknowledged. recover.go states the rules,
-// with a worked example and the two cases they cannot see. A node refused this way
-// must be rebuilt from its peers (docs/operations.md), never cut by hand: it may
-// have acknowledged the entries it lost.
+// with a worked example and the cases they cannot see. A node refused this way must
+// be rebuilt from its peers (docs/operations.md), never cut by hand: it may have
+// acknowledged the entries it lost. The rules read the format as every release with a
+// WAL writes it: nothing on disk changed for them.
 //
 // # What StoreLogs acknowledges
 //
@@ -81,9 +88,12 @@
 //	    cases too (issue 22), the unwired fallback left main.
 //
 // So the log stays keel's own, and earns it with the crash suite in this package
-// (crash_test.go, regress_test.go, regress22_test.go): every byte offset of the last
-// batch cut, zeroed from a sector or garbled; lost sectors inside a batch; every byte
-// of every segment flipped; a power loss at every file operation with every prefix of
+// (crash_test.go, regress_test.go, regress22_test.go, issue34_test.go): every byte
+// offset of the last batch cut, zeroed from a sector or garbled; lost sectors inside a
+// batch; every byte of every segment flipped; for a final batch starting at each of
+// the 512 offsets of a sector, with data of zeros, random or repeating bytes up to
+// 128 KiB, its lost suffixes cut and its flipped bits refused (WAL_SWEEP=full for all
+// of them, and a fuzz target); a power loss at every file operation with every prefix of
 // the unsynced directory operations; failed writes, fdatasyncs and truncations; and a
 // model-based random test with crashes (`go test ./raft/wal -wal.long` runs it for
 // longer).

@@ -10,40 +10,70 @@ import (
 
 // What Open makes of damage in the last segment.
 //
-// A batch is one write and one fdatasync, and the next batch starts only after that
-// fdatasync returned, so a power loss can damage only the batch being written, and
-// only the way a disk loses an unfinished write: the file ends early, or whole
-// 512-byte sectors of the batch read as zeros (writeback goes out of order, so a
-// zeroed sector may sit between written ones). Anything else is damage to data that
-// was on disk: a flipped bit, garbage, a lost sector in a batch that others followed.
+// The torn-write model. A batch is one write and one fdatasync, and the next batch
+// starts only after that fdatasync returned, so a power loss can damage only the
+// batch being written, W, and only the way a disk loses an unfinished write. The
+// 512-byte sector grid cuts W into pieces: from W's start to the next sector
+// boundary, then whole sectors, the last ending where W ends. Each piece is either
+// as written or reads as zeros (writeback goes out of order, so a lost piece may sit
+// between written ones), and the file may end anywhere in W (its size not updated).
+// Nothing else: no written byte changes. Anything else is damage to data that was on
+// disk — a flipped bit, garbage, a lost sector in a batch that others followed — and
+// Open refuses it.
 //
-// judgeDamage tells the two apart for the first bad record at offset d. It calls the
-// damage a torn write — Open cuts it off — only if all of these hold:
+// Zeros alone do not tell a lost piece: a value may hold kilobytes of them. A piece
+// is lost, for Open, when all of it reads as zeros; where W starts is not known from
+// the file (a suffix deletion can end the log mid-batch), so the first piece is taken
+// to start at the first bad record, d. What tells a lost piece from zeros the record
+// holds is the checksum: a bit flip leaves a record one bit from a good one, which
+// CRC-32C finds (it tells every single-bit error in up to 2^31 bits from every other),
+// while a torn write leaves whole pieces zeroed — one bit from a good record only if
+// the lost piece held a single set bit, which reads exactly as that bit flipped (and
+// is refused), or by a chance of 8·length in 2^32.
 //
-//  1. The bad record at d looks unfinished: its length field is zero; or the file
-//     ends inside it, its index field (when present and not zeroed) is the one that
-//     belongs there, and the bytes up to the end of the file are not a whole record
-//     whose length field alone is wrong; or the file holds all of it and one of the
-//     sectors it touches reads as zeros from d or the sector's start to the sector's
-//     end or the end of the file (see lostSector).
-//  2. It does not end a batch with bytes after it (its appendedAt mark, when
-//     readable): such a batch was followed by another write, so it was acknowledged.
-//  3. No good record after d ends a batch with bytes after it, and none is a record of
+// judgeDamage calls the damage at d a torn write — Open cuts it off — only if all of
+// these hold:
+//
+//  1. The record at d looks unfinished: some of its length field lies in a lost
+//     piece (then what the field reads — its low bytes lost, 70,045 reads 65,536 —
+//     says nothing of where the record ends); or the file ends inside it and the
+//     bytes up to the end of the file are not a whole record whose length field alone
+//     is wrong; or the file holds all of it and some of it lies in a lost piece. A
+//     zero length field in a written piece, a length no record has, or an index field
+//     that differs from the one that belongs there in a byte that is not lost, is not
+//     what a torn write leaves.
+//  2. No single flipped bit makes it a good record of the right index (oneBitOff):
+//     not in its length field (the length its data and extensions length fields make
+//     is one bit from it, and checks), not in its checksum field, and not in its
+//     payload. The payload is not searched when the lost pieces run from the record
+//     to the end of the file and the record carries batch marks: an acknowledged
+//     batch ends in its last record's nonzero flags byte, so a flip never leaves a
+//     file that ends in zeros.
+//  3. When its length field can be believed, it does not end a batch with bytes after
+//     it (its appendedAt mark, when readable): such a batch was followed by another
+//     write, so it was acknowledged.
+//  4. No good record after d ends a batch with bytes after it, and none is a record of
 //     a release before the marks (each of those is a batch of its own); no good
 //     record at all follows one the file ends inside.
 //
 // Example: batch 11..20 is being written when the power fails. The sector holding
 // 14..16 was never written and reads as zeros; 17..20 were. Record 14 fails its
-// checksum with a zeroed sector in it (1), is not a batch end (2), and after it only
-// 17..19 (mid-batch) and 20 (the batch's end, at the end of the file) are good (3):
-// a torn write, cut at 14; 11..13 stay, as if the batch were acknowledged and the
-// answer lost. Had batch 21 followed 20 in the file, 20 would end a batch with bytes
-// after it: the batch was acknowledged, and Open refuses.
+// checksum with a lost piece in it (1), no bit flip explains it (2), it is not a
+// batch end (3), and after it only 17..19 (mid-batch) and 20 (the batch's end, at the
+// end of the file) are good (4): a torn write, cut at 14; 11..13 stay, as if the
+// batch were acknowledged and the answer lost. Had batch 21 followed 20 in the file,
+// 20 would end a batch with bytes after it: the batch was acknowledged, and Open
+// refuses. Had 11..20 been acknowledged and record 14 held a sector of zeros of its
+// own, a flipped bit in 14 would fail (2), and Open refuses.
 //
 // What this cannot see: damage that zeroes a record's first 27 bytes and everything
-// after it hides whether that record ended a batch; and a lost sector combined with a
-// flipped bit in a later record of the same batch. Both are cut as torn writes.
-// Every test of these rules is in crash_test.go and regress_test.go.
+// after it hides whether that record ended a batch (and, for a final record written
+// by a release before the marks, whose last bytes can be zeros, whether a bit flipped
+// in it); damage of two or more bits in the final batch that leaves a lost-looking
+// piece; and a lost piece combined with a flipped bit in a later record of the same
+// batch (that batch was torn, so it was not acknowledged: cutting it is right). These
+// are cut as torn writes. Every test of these rules is in crash_test.go,
+// regress_test.go, regress22_test.go and issue34_test.go.
 
 // sectorSize is the unit a disk writes whole.
 const sectorSize = 512
