@@ -142,7 +142,7 @@ func (c sweepCase) String() string {
 // entry after the large one. The sizes of a page and more are many times slower: by
 // default each alignment takes one of them and one payload kind, in turn, but for the
 // alignments 0..3 and 508..511 (a batch starting at or just before a sector boundary),
-// which take them all. WAL_SWEEP=full runs every size, kind and both shapes for every
+// which take every size with every kind. WAL_SWEEP=full runs every size, kind and both shapes for every
 // alignment.
 func sweep(fn func(c sweepCase)) {
 	var big []int
@@ -155,7 +155,7 @@ func sweep(fn func(c sweepCase)) {
 		edge := align < 4 || align >= sectorSize-4
 		for _, n := range sweepSizes {
 			for i, kind := range payloadKinds {
-				if n >= 4000 && !sweepFull && (i != align%len(payloadKinds) || !edge && n != big[align%len(big)]) {
+				if n >= 4000 && !sweepFull && !edge && (i != align%len(payloadKinds) || n != big[align%len(big)]) {
 					continue
 				}
 				fn(sweepCase{align, n, kind, align%2 == 1})

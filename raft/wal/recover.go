@@ -186,29 +186,26 @@ func (t tornView) lostIn(from, to int64) bool {
 	return false
 }
 
-// firstLost returns the first byte at or after d in a piece that reads as zeros, or -1.
-func (t tornView) firstLost() int64 {
-	for i := t.d; i < int64(len(t.data)); {
-		if t.lost(i) {
-			return i
-		}
-		_, hi := t.piece(i)
-		i = hi
-	}
-	return -1
-}
-
 // wholePayloadCheck tells whether oneBitOff must look for a flipped bit anywhere in the
 // record's payload, which costs a pass over it and, for a torn record, refuses one in
-// 2^32/(8·length) by chance. It need not when the damage is a lost suffix — every byte
-// from a lost piece in the record to the end of the file reads as zeros — of a record
-// that carries batch marks (or whose mark is lost with the suffix): an acknowledged
-// batch of this release ends in its last record's nonzero flags byte, so one flipped
-// bit never leaves a file that ends in zeros, except by making a length field point
-// into them, which oneBitOff checks anyway. end is the record's end (-1: unknown).
+// 2^32/(8·length) by chance. It need not when the file ends in a lost suffix that
+// reaches into the record — its last piece and every byte back to a piece boundary
+// before the record's end read as zeros — and the record carries batch marks (or its
+// mark is lost with the suffix): an acknowledged batch of this release ends in its
+// last record's nonzero flags byte, so one flipped bit never leaves a file that ends
+// in zeros, except by making a length field point into them, which oneBitOff checks
+// anyway. end is the record's end (-1: unknown).
 func (t tornView) wholePayloadCheck(end int64) bool {
-	p := t.firstLost()
-	if p < 0 || (end >= 0 && p >= end) || !allZero(t.data[p:]) {
+	n := int64(len(t.data))
+	z := n // where the zeros at the end of the file start
+	for z > t.d && t.data[z-1] == 0 {
+		z--
+	}
+	p := z // the first piece boundary from there
+	if p > t.d && p%sectorSize != 0 {
+		p = (p/sectorSize + 1) * sectorSize
+	}
+	if p >= n || (end >= 0 && p >= end) {
 		return true
 	}
 	if p <= t.d+offAppendedAt+1 {
