@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,9 @@ import (
 // kind, but only a sample of the lost suffixes and flipped bits of each (chosen so
 // that, across the alignments, every header bit and the sector boundaries near the
 // record's structure are hit). WAL_SWEEP=full runs every lost suffix and every header
-// bit (and every 61st data bit) of every combination; it takes minutes.
+// bit (and every 61st data bit) of every combination: over half an hour on two busy
+// cores (its torn sweep ran over 20 minutes on 2026-11-28 before it was stopped; it found
+// the suffix rule's bug fixed in ca6c7e8 and two CRC coincidences, now counted).
 
 var sweepFull = os.Getenv("WAL_SWEEP") == "full"
 
@@ -111,6 +114,30 @@ func openSegmentBytes(data []byte) (last uint64, size int, err error) {
 	last, _ = s.LastIndex()
 	s.Close()
 	return last, len(ino.data), nil
+}
+
+// crcCoincidence tells whether Open's refusal err claims that the record at the start
+// of rec passes its checksum with one bit of its payload flipped, and the claim holds.
+func crcCoincidence(rec []byte, err error) bool {
+	var bit, j int
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	at := strings.Index(msg, "is good but for bit ")
+	if at < 0 {
+		return false
+	}
+	if _, e := fmt.Sscanf(msg[at:], "is good but for bit %d of its payload byte %d", &bit, &j); e != nil {
+		return false
+	}
+	size := int(binLen(rec))
+	if size < payloadFixed || size > len(rec)-recordHeader || j >= size {
+		return false
+	}
+	p := bytes.Clone(rec[recordHeader : recordHeader+size])
+	p[j] ^= 1 << bit
+	return crc32.Checksum(p, castagnoli) == uint32(rec[4])|uint32(rec[5])<<8|uint32(rec[6])<<16|uint32(rec[7])<<24
 }
 
 // oneBitApart tells whether a and b, of the same length, differ in exactly one bit.
@@ -210,7 +237,7 @@ func TestIssue34TornFinalBatchIsCut(t *testing.T) {
 			}
 			return k
 		}
-		check := func(how string, p int, damaged []byte, mayRefuse bool) {
+		check := func(how string, p int, damaged []byte, mayRefuse func(error) bool) {
 			cases++
 			k := kept(p)
 			if bytes.Equal(damaged, written[:min(len(damaged), len(written))]) && len(damaged) == len(written) {
@@ -218,9 +245,9 @@ func TestIssue34TornFinalBatchIsCut(t *testing.T) {
 			}
 			last, size, err := openSegmentBytes(damaged)
 			switch {
-			case err != nil && mayRefuse && errors.Is(err, ErrCorrupt):
+			case err != nil && errors.Is(err, ErrCorrupt) && mayRefuse != nil && mayRefuse(err):
 				if ambiguous++; ambiguous <= 3 {
-					t.Logf("%v: %s from %d: refused, as one bit flipped would be: %v", c, how, p, err)
+					t.Logf("%v: %s from %d: refused, one bit from a good record: %v", c, how, p, err)
 				}
 			case err != nil:
 				fail("%v: %s from %d (batch [%d, %d)): open = %v, want the torn batch cut", c, how, p, b, e, err)
@@ -233,22 +260,29 @@ func TestIssue34TornFinalBatchIsCut(t *testing.T) {
 		for _, p := range tornCuts(b, e, c.dataLen+c.align) {
 			zeros := bytes.Clone(written)
 			clear(zeros[p:])
-			check("lost as zeros", p, zeros, false)
-			check("never written", p, bytes.Clone(written[:p]), false)
+			check("lost as zeros", p, zeros, nil)
+			check("never written", p, bytes.Clone(written[:p]), nil)
 		}
-		// The first piece alone lost, and (sampled) one sector in the middle.
+		// The first piece alone lost, and (sampled) one sector in the middle: a record
+		// with a hole may be refused when the file is one bit from the written batch, or
+		// one bit from another record that passes its checksum (a coincidence of about
+		// 8·length in 2^32, the limit recover.go documents).
 		first := min(e, (b/sectorSize+1)*sectorSize)
 		lost := bytes.Clone(written)
 		clear(lost[b:first])
-		check("first piece lost", b, lost, oneBitApart(lost, written))
+		check("first piece lost", b, lost, func(err error) bool {
+			return oneBitApart(lost, written) || crcCoincidence(lost[b:], err)
+		})
 		if mids := tornCuts(b, e, c.align); len(mids) > 2 {
 			p := mids[1+c.align%(len(mids)-2)]
 			lost := bytes.Clone(written)
 			clear(lost[p:min(e, p+sectorSize)])
-			check("one sector lost", p, lost, oneBitApart(lost, written))
+			check("one sector lost", p, lost, func(err error) bool {
+				return oneBitApart(lost, written) || crcCoincidence(lost[b:], err)
+			})
 		}
 	})
-	t.Logf("%d torn final batches, %d refused as one bit from the written batch", cases, ambiguous)
+	t.Logf("%d torn final batches, %d with a hole refused as one bit from a good record", cases, ambiguous)
 	if failures > 0 {
 		t.Fatalf("%d of %d torn final batches not cut as they should be", failures, cases)
 	}
@@ -501,10 +535,9 @@ func FuzzIssue34Tail(f *testing.F) {
 		if bytes.Equal(damaged, written) {
 			k = len(ends)
 		}
-		ambiguous := oneBitApart(damaged, written)
 		last, _, err := openSegmentBytes(bytes.Clone(damaged))
 		switch {
-		case ambiguous && errors.Is(err, ErrCorrupt):
+		case errors.Is(err, ErrCorrupt) && (oneBitApart(damaged, written) || crcCoincidence(damaged[b:], err)):
 		case err != nil:
 			t.Fatalf("%v: damage %d from %d: open = %v, want the torn batch cut", c, damage%4, from, err)
 		case last != uint64(10+k):
