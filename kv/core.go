@@ -107,6 +107,18 @@ func (s *Server) LeaderContact() error { return s.leaderContact() }
 // raft.ErrNoLeader cause, once it loses it; nil for a store that cannot lose it.
 func (s *Server) LeaderLost() context.Context { return s.contactContext() }
 
+// StreamLeaderLost is live until the node has been without leader contact for the
+// stream grace (raft.StreamGraceTimeouts election timeouts, etcd's) and is then
+// cancelled with a raft.ErrNoLeader cause; nil for a store that cannot lose contact.
+// Long streams that require a leader end on it rather than on LeaderLost, so that an
+// election does not end them: etcd's rule for require-leader streams.
+func (s *Server) StreamLeaderLost() context.Context {
+	if sc, ok := s.store.(interface{ StreamContext() context.Context }); ok {
+		return sc.StreamContext()
+	}
+	return s.contactContext()
+}
+
 // Stopping is closed once the server shuts down: long-lived streams end then.
 func (s *Server) Stopping() <-chan struct{} { return s.watchStop }
 

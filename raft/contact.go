@@ -26,11 +26,28 @@ import (
 // an isolated node refuses a request within LeaderWait of its arrival once the first
 // second of the partition has passed.
 
+// StreamGraceTimeouts is how many election timeouts (HeartbeatTimeout: the silence
+// after which a follower stops trusting its leader and campaigns) a node may be
+// without leader contact before the long streams that require a leader end
+// (StreamContext). It is etcd's: its v3rpc monitorLeader looks every election timeout
+// and cancels require-leader streams at the third look in a row without a leader
+// (maxNoLeaderCnt 3), because reconnecting streams costs far more than refusing new
+// requests, and an election usually ends within one or two timeouts. keel measures
+// the silence continuously rather than in looks, so it gives the whole three: with
+// the default HeartbeatTimeout of 1 s, a stream ends 3 s after contact is lost (4 s
+// after the leader's last word), and survives an election of up to that long.
+const StreamGraceTimeouts = 3
+
 // contact tracks leader contact for the requests in flight.
 type contact struct {
 	mu     sync.Mutex
 	ctx    context.Context // live while the node has contact; cancelled when it loses it
 	cancel context.CancelCauseFunc
+	// lostAt is when the node lost contact (zero while it has it); stream is live until
+	// the node has been without it for StreamGraceTimeouts election timeouts.
+	lostAt       time.Time
+	stream       context.Context
+	streamCancel context.CancelCauseFunc
 }
 
 // leaderContact returns the address to forward to, "" when this node leads, or an
@@ -68,6 +85,22 @@ func (n *Node) LeaderContact() error {
 // require a leader, end on it without polling.
 func (n *Node) ContactContext() context.Context { return n.contactContext() }
 
+// StreamGrace is how long the node may be without leader contact before its long
+// streams that require a leader end: StreamGraceTimeouts election timeouts.
+func (n *Node) StreamGrace() time.Duration { return StreamGraceTimeouts * n.cfg.HeartbeatTimeout }
+
+// StreamContext is live until this node has been without leader contact for
+// StreamGrace, and is then cancelled with an ErrNoLeader cause (checked every tenth
+// of HeartbeatTimeout). A short loss of contact, as an election, leaves it live. Long
+// streams that require a leader (etcd's require-leader watches and keepalives) end on
+// it, as etcd's end after its monitorLeader's grace.
+func (n *Node) StreamContext() context.Context {
+	n.contactContext()
+	n.contact.mu.Lock()
+	defer n.contact.mu.Unlock()
+	return n.contact.stream
+}
+
 // contactContext checks leader contact now and returns a context that is cancelled,
 // with an ErrNoLeader cause, as soon as the node loses it.
 func (n *Node) contactContext() context.Context {
@@ -84,6 +117,20 @@ func (n *Node) contactContext() context.Context {
 	if c.ctx == nil { // no contact since Open
 		c.ctx, c.cancel = context.WithCancelCause(n.ctx)
 		c.cancel(err)
+	}
+	now := time.Now()
+	switch {
+	case err == nil:
+		c.lostAt = time.Time{}
+	case c.lostAt.IsZero():
+		c.lostAt = now
+	}
+	if c.stream == nil || (err == nil && c.stream.Err() != nil) {
+		c.stream, c.streamCancel = context.WithCancelCause(n.ctx)
+	}
+	if grace := n.StreamGrace(); err != nil && c.stream.Err() == nil && now.Sub(c.lostAt) >= grace {
+		c.streamCancel(fmt.Errorf("%w: no leader contact for %s (%d election timeouts): %v",
+			ErrNoLeader, now.Sub(c.lostAt).Round(time.Millisecond), StreamGraceTimeouts, err))
 	}
 	return c.ctx
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/raft"
 )
 
 // etcdLease serves etcd's Lease service with the core's lease operations (LeaseGrant,
@@ -76,7 +77,10 @@ func (l etcdLease) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*
 // lease that does not exist answers TTL 0, as etcd does (clients then drop it).
 // Each request runs with the rights the stream's token holds then.
 func (l etcdLease) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	stopLost := l.e.endOnLeaderLoss(stream.Context(), cancel)
+	defer stopLost()
 	reqs := make(chan int64)
 	go func() {
 		// Ends when Recv fails: the client closed the stream, or the handler returned.
@@ -100,6 +104,11 @@ func (l etcdLease) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		case id, ok = <-reqs:
 		case <-l.e.stop:
 			return rpctypes.ErrGRPCStopped
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); errors.Is(cause, raft.ErrNoLeader) {
+				return cause // require-leader: no leader for the stream grace
+			}
+			return nil
 		}
 		if !ok {
 			return nil // the client ended the stream, or it broke: nothing to answer

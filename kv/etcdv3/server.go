@@ -403,6 +403,21 @@ func (e *Server) urlScheme() string {
 	return "http://"
 }
 
+// endOnLeaderLoss cancels a long stream made with require-leader metadata (ctx's)
+// with a raft.ErrNoLeader cause once the node has been without a leader for the
+// core's stream grace (kv.Server.StreamLeaderLost), not at the first loss of contact:
+// etcd's monitorLeader rule. The returned func stops watching.
+func (e *Server) endOnLeaderLoss(ctx context.Context, cancel context.CancelCauseFunc) func() bool {
+	if !hasLeaderMD(ctx) {
+		return func() bool { return false }
+	}
+	lost := e.core.StreamLeaderLost()
+	if lost == nil {
+		return func() bool { return false }
+	}
+	return context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
+}
+
 // hasLeaderMD reports whether the client asked for require-leader semantics.
 func hasLeaderMD(ctx context.Context) bool {
 	return strings.EqualFold(firstIncoming(ctx, rpctypes.MetadataRequireLeaderKey), rpctypes.MetadataHasLeader)

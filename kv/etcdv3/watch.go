@@ -100,16 +100,13 @@ var polled = func() context.Context {
 }()
 
 // Watch serves one Watch stream until the client ends it, the server stops, or (with
-// require-leader metadata) the node loses its leader.
+// require-leader metadata) the node has been without a leader for the stream grace
+// (kv.Server.StreamLeaderLost): as etcd's, such a stream outlives an election.
 func (x etcdWatch) Watch(stream pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	if hasLeaderMD(stream.Context()) {
-		if lost := x.e.core.LeaderLost(); lost != nil {
-			stop := context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
-			defer stop()
-		}
-	}
+	stopLost := x.e.endOnLeaderLoss(stream.Context(), cancel)
+	defer stopLost()
 	stopped := context.AfterFunc(x.e.stopping, func() { cancel(raft.ErrShutdown) })
 	defer stopped()
 	ws := &etcdWatchStream{e: x.e, stream: stream, ctx: ctx, watches: map[int64]*etcdWatcher{},

@@ -20,6 +20,13 @@ import (
 // cut links (blackholes: connections stay open, bytes stop) between them.
 func partitionableCluster(t *testing.T, size int) (*testCluster, *chaos.Network, []string) {
 	t.Helper()
+	return partitionableClusterWith(t, size, nil)
+}
+
+// partitionableClusterWith is partitionableCluster with tune applied to each node's
+// config.
+func partitionableClusterWith(t *testing.T, size int, tune func(*Config)) (*testCluster, *chaos.Network, []string) {
+	t.Helper()
 	ips := map[string]string{}
 	network := chaos.NewNetwork(func(remote, _ net.Addr) string {
 		if a, ok := remote.(*net.TCPAddr); ok {
@@ -35,6 +42,9 @@ func partitionableCluster(t *testing.T, size int) (*testCluster, *chaos.Network,
 		id, ip := fmt.Sprintf("n%d", i+1), fmt.Sprintf("127.0.0.%d", 21+i)
 		ids, ips[ip] = append(ids, id), id
 		cfg := testConfig(t, dir, id)
+		if tune != nil {
+			tune(&cfg)
+		}
 		rp, err1 := freeport.TCP(ip)
 		pp, err2 := freeport.TCP(ip)
 		if err := errors.Join(err1, err2); err != nil {
