@@ -239,6 +239,17 @@ var mutations = append([]Mutation{
 	{Name: "status-node-cert-ignored", Bug: "the status rule ignores node certificates: a joining agent cannot resolve a member's HTTP address on a deny cluster",
 		File: "kv/core_status.go", Pkg: "./cmd/keel/agent/", Run: "TestStatusForNodeCertificate",
 		Old: "return nil // a node of the cluster", New: "return ErrStatusNoToken // a node of the cluster"},
+	// Issue #35: etcd's rules at the etcd door.
+	{Name: "require-leader-no-grace", Bug: "a node's require-leader streams end at the first loss of leader contact: an election cancels every etcd watch through a follower",
+		File: "raft/contact.go", Pkg: "./cmd/keel/agent/", Run: "TestEtcdRequireLeaderWatchOutlivesElection",
+		Old: "func (n *Node) StreamGrace() time.Duration { return StreamGraceTimeouts * n.cfg.HeartbeatTimeout }",
+		New: "func (n *Node) StreamGrace() time.Duration { return 0 }"},
+	{Name: "require-leader-stream-at-first-loss", Bug: "the etcd door ends require-leader streams on the first loss of leader contact, not after the core's stream grace",
+		File: "kv/etcdv3/server.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdRequireLeaderStreamsEndAfterGrace",
+		Old: "lost := e.core.StreamLeaderLost()", New: "lost := e.core.LeaderLost()"},
+	{Name: "require-leader-keepalive-ignored", Bug: "a require-leader LeaseKeepAlive stream never ends when the node has no leader",
+		File: "kv/etcdv3/lease.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdRequireLeaderStreamsEndAfterGrace",
+		Old: "stopLost := l.e.endOnLeaderLoss(stream.Context(), cancel)", New: "stopLost := func() bool { return false }"},
 }, append(checkerRules, authRules...)...)
 
 // authMutation is a mutation of one of etcd's auth rules (issue #35 item 2), judged by
@@ -287,18 +298,6 @@ var authRules = []Mutation{
 	authMutation("range-rule-end-included", "a range permission grants its end key", "kv/acl/authorizer.go", "./kv/acl/",
 		"(r.end == nil || bytes.Compare(key, r.end) < 0)", "(r.end == nil || bytes.Compare(key, r.end) <= 0)"),
 }
-	// Issue #35: etcd's rules at the etcd door.
-	{Name: "require-leader-no-grace", Bug: "a node's require-leader streams end at the first loss of leader contact: an election cancels every etcd watch through a follower",
-		File: "raft/contact.go", Pkg: "./cmd/keel/agent/", Run: "TestEtcdRequireLeaderWatchOutlivesElection",
-		Old: "func (n *Node) StreamGrace() time.Duration { return StreamGraceTimeouts * n.cfg.HeartbeatTimeout }",
-		New: "func (n *Node) StreamGrace() time.Duration { return 0 }"},
-	{Name: "require-leader-stream-at-first-loss", Bug: "the etcd door ends require-leader streams on the first loss of leader contact, not after the core's stream grace",
-		File: "kv/etcdv3/server.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdRequireLeaderStreamsEndAfterGrace",
-		Old: "lost := e.core.StreamLeaderLost()", New: "lost := e.core.LeaderLost()"},
-	{Name: "require-leader-keepalive-ignored", Bug: "a require-leader LeaseKeepAlive stream never ends when the node has no leader",
-		File: "kv/etcdv3/lease.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdRequireLeaderStreamsEndAfterGrace",
-		Old: "stopLost := l.e.endOnLeaderLoss(stream.Context(), cancel)", New: "stopLost := func() bool { return false }"},
-}, checkerRules...)
 
 // checkerRules silences the chaos checker's rules one by one.
 var checkerRules = []Mutation{
