@@ -105,6 +105,18 @@ func (m etcdMaintenance) Defragment(ctx context.Context, _ *pb.DefragmentRequest
 	return &pb.DefragmentResponse{Header: m.e.header(m.e.revision(ctx))}, nil
 }
 
+// Hash digests the node's state (python-etcd3's hash()). etcd hashes its backend
+// file; keel's state is its keyspace and its history, which HashKV's digest covers, so
+// Hash answers the same digest at the latest revision, with the same right.
+func (m etcdMaintenance) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {
+	v, err := m.e.core.StateView(ctx, callerOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	h := v.Hash()
+	return &pb.HashResponse{Header: m.e.header(v.Revision()), Hash: uint32(h ^ h>>32)}, nil
+}
+
 // HashKV digests the node's state at its latest revision (fsm.View.Hash, folded to
 // 32 bits), for a token with the snapshot right (GET /v1/agent/snapshot's rule); only
 // revision 0 or the latest one is served. Nodes at the same revision

@@ -210,6 +210,10 @@ var mutations = append([]Mutation{
 	{Name: "status-closed-after-auth-disable", Bug: "the status stays closed to tokenless callers after etcd's auth disable",
 		File: "kv/core_status.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdAuthEnabled",
 		Old: "if !st.Enforced() && s.cfg.ACLDefault != ACLDeny {", New: "if !st.Bootstrapped() && s.cfg.ACLDefault != ACLDeny {"},
+	{Name: "etcd-hash-no-right", Bug: "etcd's Hash answers a token without the snapshot right",
+		File: "kv/etcdv3/maintenance.go", Pkg: "./kv/etcdv3/", Run: "TestEtcdHash",
+		Old: "func (m etcdMaintenance) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {\n\tv, err := m.e.core.StateView(ctx, callerOf(ctx))",
+		New: "func (m etcdMaintenance) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {\n\tv, err := m.e.core.StateView(ctx, callerOf(context.Background()))"},
 	// Issue #34 item 6: one actor promotes a rebuilt node; voters stay odd.
 	{Name: "autopilot-promotes-rejoining", Bug: "autopilot promotes a server that is rejoining after a rebuild (two actors)",
 		File: "cmd/keel/agent/gossip.go", Pkg: "./cmd/keel/agent/", Run: "TestAutopilot",
