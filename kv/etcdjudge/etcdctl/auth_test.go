@@ -103,8 +103,21 @@ var authScript = []step{
 // as root once auth is enabled; whatever the script leaves, auth is disabled and its
 // users and roles deleted at the end, so that no other test meets them.
 func TestAuth(t *testing.T) {
+	for _, v := range []struct{ name, bin string }{{"3.7", etcdctlBin}, {"3.4", etcdctl34}} {
+		t.Run(v.name, func(t *testing.T) {
+			if v.bin == etcdctl34 {
+				need34(t)
+			}
+			authSession(t, v.bin)
+		})
+	}
+}
+
+// authSession runs authScript with etcdctl bin against keel and against etcd.
+func authSession(t *testing.T, bin string) {
 	k := newSession(t, authBackend(t, keelEnd), "s/")
 	e := newSession(t, authBackend(t, etcdEnd), "s/")
+	k.bin, e.bin = bin, bin
 	t.Cleanup(func() {
 		for _, b := range []*backend{k.b, e.b} {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -50,6 +50,7 @@ type session struct {
 	n      *normaliser
 	dir    string
 	leases map[string]string // lease name → hex ID
+	bin    string            // the etcdctl it runs: etcdctlBin (3.7) unless set
 }
 
 func newSession(t *testing.T, b *backend, prefix string) *session {
@@ -59,7 +60,7 @@ func newSession(t *testing.T, b *backend, prefix string) *session {
 	}
 	t.Cleanup(w.stop)
 	dir := t.TempDir()
-	return &session{t: t, b: b, w: w, n: newNormaliser(b, w, dir), dir: dir, leases: map[string]string{}}
+	return &session{t: t, b: b, w: w, n: newNormaliser(b, w, dir), dir: dir, leases: map[string]string{}, bin: etcdctlBin}
 }
 
 // do runs st and returns its normalised output.
@@ -200,8 +201,11 @@ func (s *session) start(stdin string, args ...string) *proc {
 func (s *session) startWith(stdin io.Reader, args ...string) *proc {
 	args = s.resolve(args)
 	p := &proc{s: s, args: args, done: make(chan struct{})}
-	p.cmd = exec.Command(etcdctlBin, append([]string{"--endpoints=" + s.b.addr}, args...)...)
+	p.cmd = exec.Command(s.bin, append([]string{"--endpoints=" + s.b.addr}, args...)...)
 	p.cmd.Env = cleanEnv()
+	if s.bin == etcdctl34 {
+		p.cmd.Env = append(p.cmd.Env, "ETCDCTL_API=3") // 3.4 reads it; 3.7 warns of it
+	}
 	p.cmd.Stdin = stdin
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.stdout}, lockedWriter{&p.mu, &p.stderr}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
