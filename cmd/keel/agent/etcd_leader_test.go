@@ -92,6 +92,10 @@ func TestEtcdRequireLeaderWatchOutlivesElection(t *testing.T) {
 	// require-leader fails at once.
 	lead = c.leader()
 	via = (lead + 1) % size
+	// After the heal the node may not have heard from the new leader yet (the old
+	// leader among them): a require-leader stream opened then is refused at once, as
+	// etcd's is. Open it once the node follows.
+	waitFor(t, fmt.Sprintf("%s in contact with the leader", ids[via]), 15*time.Second, c.agents[via].Node().LeaderContact)
 	conn = dial(via)
 	_, ended = openWatch(t, rl, conn, "j/")
 	rest = nil
