@@ -74,6 +74,9 @@ func run(t *testing.T, d *dcs) {
 	t.Cleanup(func() {
 		for _, m := range members {
 			m.proc.kill()
+			if t.Failed() {
+				t.Logf("%s log (tail):\n%s", m.name, tail(m.proc.log, 60))
+			}
 		}
 	})
 
