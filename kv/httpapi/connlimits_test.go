@@ -160,8 +160,28 @@ func TestInFlightLimit(t *testing.T) {
 	if r := readResponse(t, br); r.ID != 8 || r.Err != nil {
 		t.Fatalf("stream put below the limit = %+v (err %+v)", r, r.Err)
 	}
-	takeSlots(t, ts.core, 4) // every slot was given back
+	// Every slot is given back — a handler releases its slot after it has written the
+	// answer, so the client may read the answer first: wait for the last release.
+	deadline := time.Now().Add(5 * time.Second)
+	for !trySlots(ts.core, 4) {
+		if time.Now().After(deadline) {
+			t.Fatal("the node's 4 request slots were not all given back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	releaseSlots(ts.core, 4)
+}
+
+// trySlots takes n request slots of core, or none: it gives back what it took and
+// answers false when one is refused.
+func trySlots(core *kv.Server, n int) bool {
+	for i := range n {
+		if core.AdmitRequest("") != nil {
+			releaseSlots(core, i)
+			return false
+		}
+	}
+	return true
 }
 
 // takeSlots takes n request slots of core (from an unknown address: no per-client
