@@ -18,13 +18,16 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	etcdgw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/keel-kv/keel/kv"
 )
@@ -359,12 +362,12 @@ type tlsStateKey struct{}
 // (server/embed/serve.go, registerGateway), calling the door over conn.
 func (e *Server) gatewayMux(conn *grpc.ClientConn) (*runtime.ServeMux, error) {
 	mux := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, errorsBothWays{&runtime.HTTPBodyMarshaler{
 			Marshaler: &runtime.JSONPb{
 				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
 				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 			},
-		}),
+		}}),
 		runtime.WithIncomingHeaderMatcher(gatewayHeaderMatcher),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
 			// The core's client-certificate rule is asked here, of the HTTP client's
@@ -383,6 +386,66 @@ func (e *Server) gatewayMux(conn *grpc.ClientConn) (*runtime.ServeMux, error) {
 		}
 	}
 	return mux, nil
+}
+
+// errorsBothWays writes the gateway's errors as both generations of etcd's gateway
+// did, one object that either kind of client reads: grpc-gateway v2's status (etcd
+// 3.6 on: {"code","message"}, in a stream under "error"), plus what v1 wrote (etcd
+// 3.4 and 3.5, which Patroni, etcd3gw and older scripts parse): the message again as
+// "error" in a unary answer, and grpc_code, http_code and http_status in a stream's.
+// Patroni reads a stream error without grpc_code as Unknown, which it does not retry:
+// its leader demoted itself at the first "no leader" of a keel election.
+type errorsBothWays struct{ *runtime.HTTPBodyMarshaler }
+
+func (m errorsBothWays) Marshal(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case *spb.Status: // a unary answer's error
+		return m.withFields(v, func(b []byte) []byte { return appendField(b, "error", v.GetMessage()) })
+	case map[string]proto.Message: // a stream's error chunk: {"error": status}
+		st, ok := v["error"].(*spb.Status)
+		if !ok || len(v) != 1 {
+			break
+		}
+		code := codes.Code(st.GetCode())
+		httpCode := runtime.HTTPStatusFromCode(code)
+		inner, err := m.withFields(st, func(b []byte) []byte {
+			b = appendField(b, "grpc_code", int(code))
+			b = appendField(b, "http_code", httpCode)
+			return appendField(b, "http_status", http.StatusText(httpCode))
+		})
+		if err != nil {
+			return nil, err
+		}
+		return append(append([]byte(`{"error":`), inner...), '}'), nil
+	}
+	return m.HTTPBodyMarshaler.Marshal(v)
+}
+
+// withFields is st as the JSON marshaler writes it, with the fields add appends
+// (each followed by a comma) put first.
+func (m errorsBothWays) withFields(st *spb.Status, add func([]byte) []byte) ([]byte, error) {
+	b, err := m.HTTPBodyMarshaler.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	rest := bytes.TrimSpace(b)
+	if len(rest) < 2 || rest[0] != '{' {
+		return b, nil // not an object: as it is
+	}
+	rest = bytes.TrimSpace(rest[1:])
+	out := add([]byte{'{'})
+	if rest[0] == '}' {
+		out = out[:len(out)-1] // no field follows: no comma
+	}
+	return append(out, rest...), nil
+}
+
+// appendField appends "name":value, (value in JSON) to b.
+func appendField(b []byte, name string, value any) []byte {
+	n, _ := json.Marshal(name)
+	v, _ := json.Marshal(value) // a string or an int
+	b = append(append(append(b, n...), ':'), v...)
+	return append(b, ',')
 }
 
 // gatewayHeaderMatcher is grpc-gateway's default (permanent headers as

@@ -191,7 +191,7 @@ func TestGatewayAndGRPCOnOnePortTLS(t *testing.T) {
 	bare := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: tlstest.Reloader(t, ca.CAOnly()).ClientConfig(), ForceAttemptHTTP2: true}}
 	code, body := post(t, bare, "https://"+addr+"/v3/kv/range", "", `{"key":"`+b64("gw/a")+`"}`)
-	if code != http.StatusUnauthorized || !sameJSON(body, `{"code":16,"message":"etcdserver: invalid auth token"}`) {
+	if code != http.StatusUnauthorized || !sameJSON(body, `{"error":"etcdserver: invalid auth token","code":16,"message":"etcdserver: invalid auth token"}`) {
 		t.Errorf("range over the gateway without a client certificate: %d %s, want 401 invalid auth token", code, body)
 	}
 	// No header sets the metadata by which the gateway tells the door the client's
@@ -292,7 +292,7 @@ func TestGatewayHonoursAuthorizationHeader(t *testing.T) {
 		t.Fatalf("put within the token's prefix: %d %s", code, body)
 	}
 	code, body = post(t, hc, "http://"+addr+"/v3/kv/range", narrow, `{"key":"`+b64(rt.Key)+`"}`)
-	if code != http.StatusForbidden || !sameJSON(body, `{"code":7,"message":"etcdserver: permission denied"}`) {
+	if code != http.StatusForbidden || !sameJSON(body, `{"error":"etcdserver: permission denied","code":7,"message":"etcdserver: permission denied"}`) {
 		t.Errorf("range outside the token's prefix: %d %s, want 403 etcd's permission denied", code, body)
 	}
 	code, body = post(t, hc, "http://"+addr+"/v3/kv/range", f.Mgmt, `{"key":"`+b64(rt.Key)+`"}`)
@@ -433,5 +433,61 @@ func TestGatewayNotBoundByOneConnectionsCalls(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%d of %d gateway watches created, with a per-connection bound of %d: the gateway's shared connection is bounded as one client's", i, watches, cfg.MaxStreamInFlight)
 		}
+	}
+}
+
+// The gateway's errors read as both generations of etcd's gateway write them, for
+// the clients written against either: grpc-gateway v1 (etcd 3.4 and 3.5; Patroni,
+// etcd3gw) puts the message under "error" — a string in a unary answer, an object
+// with grpc_code, http_code and http_status in a stream's — and v2 (etcd 3.6 on)
+// writes a status, {"code","message","details"}. Patroni reads a stream error
+// without grpc_code as Unknown and demotes its leader instead of retrying.
+func TestGatewayErrorsReadAsEtcd34s(t *testing.T) {
+	core, err := kv.NewServer(kv.DefaultConfig(), kvtest.NewLeading(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core.Start()
+	t.Cleanup(core.Stop)
+	addr := serveDoor(t, core)
+	hc := &http.Client{Timeout: 10 * time.Second}
+
+	code, body := post(t, hc, "http://"+addr+"/v3/kv/put", "", `{"value":"eA=="}`)
+	var unary struct {
+		Error   *string `json:"error"`
+		Code    *int    `json:"code"`
+		Message string  `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(body), &unary); err != nil || code != http.StatusBadRequest ||
+		unary.Error == nil || *unary.Error != "etcdserver: key is not provided" || unary.Message != *unary.Error ||
+		unary.Code == nil || *unary.Code != 3 {
+		t.Errorf("unary error: %d %s, want 400 with error, code 3 and message", code, body)
+	}
+
+	// A keepalive on a node that cannot serve it: Unavailable, the error Patroni met
+	// (etcdserver: no leader) at keel's failover.
+	st := &kvtest.Leaderless{LocalStore: kvtest.New()}
+	cut, err := kv.NewServer(kv.DefaultConfig(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutAddr := serveDoor(t, cut)
+	st.Cut()
+	code, body = post(t, hc, "http://"+cutAddr+"/v3/lease/keepalive", "", `{"ID":"1234567"}`)
+	var stream struct {
+		Error struct {
+			GRPCCode   *int   `json:"grpc_code"`
+			HTTPCode   int    `json:"http_code"`
+			HTTPStatus string `json:"http_status"`
+			Code       *int   `json:"code"`
+			Message    string `json:"message"`
+			Details    []any  `json:"details"`
+		} `json:"error"`
+	}
+	e := &stream.Error
+	if err := json.Unmarshal([]byte(body), &stream); err != nil || code != http.StatusServiceUnavailable ||
+		e.GRPCCode == nil || *e.GRPCCode != 14 || e.Code == nil || *e.Code != 14 || e.HTTPCode != http.StatusServiceUnavailable ||
+		e.HTTPStatus != "Service Unavailable" || !strings.HasPrefix(e.Message, "etcdserver: ") {
+		t.Errorf("stream error: %d %s, want 503 with grpc_code, http_code, http_status, code and message", code, body)
 	}
 }

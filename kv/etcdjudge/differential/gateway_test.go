@@ -293,6 +293,7 @@ func (r *gwRun) normAnswer(st gwStep, a gwAnswer) string {
 		v, ok := decodeJSON(s)
 		if ok {
 			dropFields(v, st.drop)
+			dropV1Errors(v)
 		}
 		return v, ok
 	}
@@ -346,6 +347,27 @@ func decodeJSON(s string) (any, bool) {
 		return nil, false
 	}
 	return v, true
+}
+
+// dropV1Errors deletes from an error answer what keel writes beside etcd 3.7's status
+// for the clients of etcd 3.4's gateway (grpc-gateway v1): the message again as
+// "error" in a unary answer, grpc_code, http_code and http_status in a stream's
+// error (docs/etcd.md, "The JSON gateway"; kv/etcdv3's errorsBothWays).
+func dropV1Errors(v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	if _, isStatus := m["code"]; isStatus {
+		if e, ok := m["error"].(string); ok && e == m["message"] {
+			delete(m, "error")
+		}
+	}
+	if e, ok := m["error"].(map[string]any); ok {
+		delete(e, "grpc_code")
+		delete(e, "http_code")
+		delete(e, "http_status")
+	}
 }
 
 // dropFields deletes the fields names from v, at every depth.
