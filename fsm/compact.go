@@ -68,8 +68,8 @@ func (s *Store) CompactStep(max int) (removed int, more bool) {
 	touched := false
 	for i := 0; i < max && removed < max; i++ {
 		p, ok := s.pending.peek()
-		if !ok || p.rev > s.cur.compactRev {
-			break
+		if !ok || p.rev >= s.cur.compactRev {
+			break // a supersession at the compact revision waits for the next one
 		}
 		s.pending.pop()
 		removed += s.trimLocked(p.key, s.cur.compactRev)
@@ -79,12 +79,15 @@ func (s *Store) CompactStep(max int) (removed int, more bool) {
 		s.publishLocked()
 	}
 	p, ok := s.pending.peek()
-	return removed, ok && p.rev <= s.cur.compactRev
+	return removed, ok && p.rev < s.cur.compactRev
 }
 
 // trimLocked drops the versions of key that no read at or after rev can see: every
 // version older than the newest one at or below rev, and that one too if it is a
-// tombstone. It returns how many versions it dropped.
+// tombstone below rev. A tombstone at rev itself stays, as etcd keeps it (since
+// 3.5.15): a watch may start at the compact revision and is owed that delete. Its
+// own queue entry, at rev, reclaims it at a later compaction. It returns how many
+// versions it dropped.
 func (s *Store) trimLocked(key []byte, rev int64) int {
 	e, ok := s.cur.tree.Get(&entry{key: key})
 	if !ok {
@@ -104,7 +107,7 @@ func (s *Store) trimLocked(key []byte, rev int64) int {
 	for o := v.next; o != nil; o = o.next {
 		dropped++
 	}
-	if v.tombstone() {
+	if v.tombstone() && v.mod < rev {
 		dropped++
 	} else {
 		keep = append(keep, v)

@@ -81,6 +81,7 @@ func TestCompactorReclaims(t *testing.T) {
 	for i := range 2000 {
 		apply(t, s, txn(put(fmt.Sprintf("k%02d", i%20), fmt.Sprint(i))))
 	}
+	apply(t, s, txn(put("new", "1"))) // supersedes nothing: nothing waits at the compact revision
 	apply(t, s, &Command{Type: CmdCompact, Revision: s.Revision()})
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -237,6 +237,9 @@ func TestCompactStepReclaims(t *testing.T) {
 		apply(t, s, txn(put(fmt.Sprintf("k%02d", i%50), fmt.Sprint(i))))
 	}
 	apply(t, s, txn(del("k00")))
+	// A new key's first version supersedes nothing: compacting at it leaves nothing
+	// queued at the compact revision itself (that waits for the next compaction).
+	apply(t, s, txn(put("zz", "1")))
 	old := s.View() // a view taken before compaction keeps its history
 	apply(t, s, &Command{Type: CmdCompact, Revision: s.Revision()})
 	total := 0

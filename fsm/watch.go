@@ -95,8 +95,9 @@ type WatchOptions struct {
 	// watches every key from Key on (see PrefixEnd for a prefix).
 	Key, End []byte
 	// StartRevision is the first revision to deliver; 0 means the revision after the
-	// latest one. It must be above the compact revision (ErrCompacted otherwise: events
-	// at the compact revision itself may have been reclaimed).
+	// latest one. It must be at or above the compact revision (ErrCompacted otherwise),
+	// as on etcd; the compact revision's own events come without their previous
+	// versions, as etcd's do (see View.changes).
 	StartRevision int64
 	// Buffer bounds the events queued for the watcher and not yet taken by Next; 0 is
 	// DefaultWatchBuffer. One revision larger than the bound is still queued whole when
@@ -239,7 +240,7 @@ func (s *Store) Watch(opts WatchOptions) (*Watcher, error) {
 	if w.next == 0 {
 		w.next = v.Revision() + 1
 	}
-	if w.next <= v.CompactRevision() {
+	if w.next < v.CompactRevision() {
 		return nil, &WatchError{Err: ErrCompacted, LastRevision: w.next - 1, CompactRevision: v.CompactRevision()}
 	}
 	return w, nil

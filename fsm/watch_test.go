@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -202,7 +203,7 @@ func TestWatchCompacted(t *testing.T) {
 	for _, c := range []struct {
 		start int64
 		ok    bool
-	}{{1, false}, {5, false}, {6, true}, {11, true}, {0, true}} {
+	}{{1, false}, {4, false}, {5, true}, {6, true}, {11, true}, {0, true}} {
 		w, err := s.Watch(WatchOptions{Key: []byte("a"), StartRevision: c.start})
 		var werr *WatchError
 		switch {
@@ -226,6 +227,46 @@ func TestWatchCompacted(t *testing.T) {
 	got := collect(t, w, 10)
 	if len(got) != 5 || got[0] != (wev{6, EventPut, "a", "5", "4", true}) {
 		t.Fatalf("after compaction: %v", got)
+	}
+}
+
+// A watch may start at the compact revision itself, as on etcd (clients resume at the
+// compact_revision a refused watch reports). Its events at that revision are those
+// compaction keeps, whether or not CompactStep has run yet on this replica: the puts
+// and the deletes (a tombstone at the compact revision is kept, as etcd 3.7 keeps it),
+// without prev_kv (the version before may be reclaimed; etcd reads prev_kv at
+// revision-1, below its compact revision, and finds none). The next compaction
+// reclaims that tombstone.
+func TestWatchAtCompactRevision(t *testing.T) {
+	s := NewStore()
+	apply(t, s, txn(put("a", "1"), put("b", "1"))) // 1
+	apply(t, s, txn(put("a", "2"), del("b")))      // 2
+	apply(t, s, txn(put("c", "3")))                // 3
+	apply(t, s, &Command{Type: CmdCompact, Revision: 2})
+	want := []wev{{2, EventPut, "a", "2", "", false}, {2, EventDelete, "b", "", "", false}, {3, EventPut, "c", "3", "", false}}
+	for _, stage := range []string{"before CompactStep", "after CompactStep"} {
+		w, err := s.Watch(WatchOptions{Key: []byte("a"), End: []byte{}, StartRevision: 2})
+		if err != nil {
+			t.Fatalf("%s: watch at the compact revision: %v", stage, err)
+		}
+		if got := collect(t, w, 3); !slices.Equal(got, want) {
+			t.Errorf("%s: watch at the compact revision = %v, want %v", stage, got, want)
+		}
+		w.Close()
+		for {
+			if _, more := s.CompactStep(100); !more {
+				break
+			}
+		}
+	}
+	apply(t, s, &Command{Type: CmdCompact, Revision: 3})
+	for {
+		if _, more := s.CompactStep(100); !more {
+			break
+		}
+	}
+	if n := s.View().st.tree.Len(); n != 2 {
+		t.Errorf("after compacting past the delete, the tree holds %d keys, want 2 (b's tombstone reclaimed)", n)
 	}
 }
 

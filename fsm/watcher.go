@@ -182,7 +182,7 @@ func (w *Watcher) replay(v *View, to int64) ([]*RevisionEvents, error) {
 	if w.next > to {
 		return nil, nil
 	}
-	if w.next <= v.st.compactRev {
+	if w.next < v.st.compactRev {
 		return nil, &WatchError{Err: ErrCompacted, LastRevision: w.next - 1, CompactRevision: v.st.compactRev}
 	}
 	return v.changes(w.key, w.end, w.next, to), nil
@@ -190,18 +190,30 @@ func (w *Watcher) replay(v *View, to int64) ([]*RevisionEvents, error) {
 
 // changes returns the events of revisions [from, to] of the keys in [key, end) (end
 // nil: key alone), grouped by revision in revision order, each group in key order.
-// The caller checked that from is above the compact revision, so every version it
-// needs, and the one before it, is still in the history.
+// The caller checked that from is at or above the compact revision, so every version
+// it needs above the compact revision, and the one before it, is still in the history.
 func (v *View) changes(key, end []byte, from, to int64) []*RevisionEvents {
 	type hit struct {
 		rev int64
 		ev  Event
 	}
 	var hits []hit
+	compact := v.st.compactRev
 	visit := func(e *entry) bool {
 		for ver := e.hist; ver != nil && ver.mod >= from; ver = ver.next {
-			if ver.mod <= to {
+			switch {
+			case ver.mod > to:
+			case ver.mod != compact:
 				hits = append(hits, hit{ver.mod, eventOf(e.key, ver)})
+			default:
+				// The compact revision's own events, the same on every replica whether
+				// CompactStep has run yet or not: its puts and deletes (compaction
+				// keeps a tombstone at the compact revision, as etcd does), without
+				// the version before them (reclaimed or about to be; etcd reads
+				// prev_kv at revision-1, compacted, and finds none).
+				ev := eventOf(e.key, ver)
+				ev.PrevKV = nil
+				hits = append(hits, hit{ver.mod, ev})
 			}
 		}
 		return true

@@ -154,7 +154,6 @@ func TestWatchHTTPBadInputAndLimits(t *testing.T) {
 		{"/v1/watch/%FF", http.StatusBadRequest, api.ReasonBadRequest},
 		{"/v1/watch/k?consistency=eventual", http.StatusBadRequest, api.ReasonBadRequest},
 		{"/v1/watch/c?start_revision=3", http.StatusGone, api.ReasonResourceExpired},
-		{"/v1/watch/c?start_revision=4", http.StatusGone, api.ReasonResourceExpired},
 	} {
 		e := ts.expectError(http.MethodGet, c.path, nil, c.code, c.reason)
 		if c.code == http.StatusGone && e.CompactRevision != 4 {

@@ -266,8 +266,6 @@ func (s *side) watch(ctx context.Context, o op, st *shared) result {
 	switch {
 	case rank < 1:
 		return result{resp: skipped("watch from before the sequence's first write")}
-	case rank == st.compacted:
-		return result{resp: skipped("watch from the compact revision (accepted difference)")}
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, "keel-diff-stream", fmt.Sprint(watchStreams.Add(1)))
 	ctx, cancel := context.WithCancel(ctx)

@@ -108,6 +108,8 @@ var gwScript = []gwStep{
 		// revision 0 and say why in cancel_reason; etcd's, its revision and no reason
 		// (clientv3 reads compact_revision alone).
 		drop: []string{"header", "cancel_reason"}},
+	{name: "watch at the compact revision", method: "POST", path: "/v3/watch",
+		body: `{"create_request":{"key":"{{K:}}","range_end":"{{K:~}}","start_revision":"{{W:2}}","prev_kv":true}}`, lines: 6},
 	{name: "compaction again", method: "POST", path: "/v3/kv/compaction", body: `{"revision":"{{W:1}}"}`},
 	{name: "compaction future", method: "POST", path: "/v3/kv/compaction", body: `{"revision":"100000000"}`},
 	{name: "member list", method: "POST", path: "/v3/cluster/member/list", body: `{}`},

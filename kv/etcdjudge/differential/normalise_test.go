@@ -64,8 +64,6 @@ import (
 //     either);
 //   - lease TTLs below etcd's minimum (keel refuses what etcd raises): TTLs are 30 s
 //     and more, longer than any sequence, so no lease expires during one;
-//   - a watch starting at the compact revision itself (keel answers ErrCompacted,
-//     etcd serves it): such a watch is skipped on both sides;
 //   - a Txn that puts a key and deletes it too, which etcd's duplicate-key check lets
 //     through when the delete's range_end is "\x00" (its interval tree never finds a
 //     key in [key, "\x00")) or when the put is in a nested Txn and the delete in a later

@@ -93,7 +93,7 @@ func (w *writes) sync(ctx context.Context) error {
 	if err != nil || rev == w.start {
 		// Nothing written since the session began: the watch starts in the future,
 		// and etcd answers no progress request of such a watch. (It starts at
-		// start+1, not start: keel refuses a watch at the compact revision itself.)
+		// start+1: every revision up to start is already recorded.)
 		return err
 	}
 	for {
