@@ -49,6 +49,10 @@ func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn, opts TxnOptions) (*
 	if err := opts.checkDuplicates(txn); err != nil {
 		return nil, err
 	}
+	fold := func(r *fsm.Result) *fsm.Result { return r }
+	if opts.DeleteAroundReserved && s.checkReservedWrites(txn) != nil {
+		txn, fold = s.carveReserved(txn) // a wipe: what it may delete, one revision
+	}
 	if err := s.lim.checkTxn(txn); err != nil {
 		return nil, err
 	}
@@ -58,7 +62,8 @@ func (s *Server) applyTxn(ctx context.Context, txn *fsm.Txn, opts TxnOptions) (*
 			return nil, err
 		}
 	}
-	return s.propose(raft.WithCaller(ctx, callerID(az)), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	res, err := s.propose(raft.WithCaller(ctx, callerID(az)), &fsm.Command{Type: fsm.CmdTxn, Txn: txn})
+	return fold(res), err
 }
 
 // checkTxn is the one check of a KV API transaction before it is applied: the token's

@@ -68,6 +68,13 @@ type TxnOptions struct {
 	// translation changed its shape (etcd's "\x00" range end); the transaction itself
 	// when nil.
 	DuplicateView *fsm.Txn
+	// DeleteAroundReserved is asked by a door that hides keel's reserved keys (its
+	// records, typed resources' keys) from reads and watches, the etcd door: a delete
+	// range overlapping them deletes the keys around them, as one revision
+	// (carveReserved: `etcdctl del "" --from-key` wipes every key the caller may
+	// write), where a door that shows them refuses it (ErrReservedPrefix, naming the
+	// prefix and the API that writes it).
+	DeleteAroundReserved bool
 }
 
 // Txn applies a transaction whose ops and compares the door validated (CheckOp,

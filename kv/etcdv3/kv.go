@@ -234,7 +234,7 @@ func (e *Server) putOp(r *pb.PutRequest) (fsm.Op, error) {
 // request as etcd sees it (dupView; not the KV API's stricter one). r is nil for a
 // one-op request, which writes one key.
 func (e *Server) applyEtcdTxn(ctx context.Context, txn *fsm.Txn, r *pb.TxnRequest) (*fsm.Result, error) {
-	opts := kv.TxnOptions{EtcdDuplicates: true}
+	opts := kv.TxnOptions{EtcdDuplicates: true, DeleteAroundReserved: true}
 	if r != nil {
 		opts.DuplicateView = dupView(r, txn)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -158,5 +159,86 @@ func TestEtcdEmptyKeyRuleIsTheCores(t *testing.T) {
 		if got.Code() != want.Code() || got.Message() != want.Message() {
 			t.Errorf("%s of an empty key: %v %q, want etcd's %v %q", name, got.Code(), got.Message(), want.Code(), want.Message())
 		}
+	}
+}
+
+// `etcdctl del "" --from-key` (key "\x00", range_end "\x00") wipes every key an etcd
+// client can see, as one revision, and keel's own records stay: the door hides them,
+// so the delete goes around them (the core's carveReserved). The answer is one
+// DeleteRange's: the deleted count and prev_kvs of the keys around, in key order. A
+// Txn holding the same delete answers the same shape. (Refused with permission denied
+// before: the range overlapped keel's records.)
+func TestEtcdWipeAllKeepsKeelsRecords(t *testing.T) {
+	store := kvtest.New()
+	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden := []byte(versions.SystemPrefix + "audit")
+	load := func() {
+		t.Helper()
+		if res, err := store.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{
+			{Type: fsm.OpPut, Key: []byte("\x00a"), Value: []byte("1")}, {Type: fsm.OpPut, Key: hidden, Value: []byte("x")},
+			{Type: fsm.OpPut, Key: []byte("a"), Value: []byte("2")}, {Type: fsm.OpPut, Key: []byte("z"), Value: []byte("3")}}}}); err != nil || res.Err != nil {
+			t.Fatalf("load: %v %v", err, res)
+		}
+	}
+	k := etcdKV{e: &Server{core: core}}
+	ctx := context.Background()
+	check := func(what string, deleted int64, prev []*mvccpb.KeyValue, rev int64) {
+		t.Helper()
+		var keys []string
+		for _, kv := range prev {
+			keys = append(keys, string(kv.Key))
+		}
+		if deleted != 3 || fmt.Sprint(keys) != fmt.Sprint([]string{"\x00a", "a", "z"}) {
+			t.Errorf("%s: deleted %d, prev_kvs %q; want 3: \\x00a a z", what, deleted, keys)
+		}
+		v := store.FSM().View()
+		if v.Revision() != rev {
+			t.Errorf("%s: at revision %d, want %d (one revision)", what, v.Revision(), rev)
+		}
+		if kv, err := v.Get(hidden, 0); err != nil || string(kv.Value) != "x" {
+			t.Errorf("%s: keel's record after the wipe: %v %v", what, kv, err)
+		}
+		if n := v.Len(); n != 1 {
+			t.Errorf("%s: %d keys left, want keel's record alone", what, n)
+		}
+	}
+
+	load()
+	dr, err := k.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, PrevKv: true})
+	if err != nil {
+		t.Fatalf("del \"\" --from-key: %v", err)
+	}
+	check("DeleteRange", dr.Deleted, dr.PrevKvs, store.FSM().View().Revision())
+	if rev := store.FSM().View().Revision(); dr.Header.Revision != rev {
+		t.Errorf("DeleteRange header revision %d, want %d", dr.Header.Revision, rev)
+	}
+
+	load()
+	tr, err := k.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a")}}},
+		{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, PrevKv: true}}},
+	}})
+	if err != nil || len(tr.Responses) != 2 {
+		t.Fatalf("Txn with the wipe: %v %v", tr, err)
+	}
+	if got := tr.Responses[0].GetResponseRange(); got == nil || len(got.Kvs) != 1 {
+		t.Errorf("Txn's range before the wipe: %v", tr.Responses[0])
+	}
+	d := tr.Responses[1].GetResponseDeleteRange()
+	if d == nil {
+		t.Fatalf("Txn's second answer %v, want the DeleteRange's", tr.Responses[1])
+	}
+	check("Txn", d.Deleted, d.PrevKvs, store.FSM().View().Revision())
+
+	// A delete wholly inside keel's records is still refused, and changes nothing.
+	rev := store.FSM().View().Revision()
+	if _, err := k.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(versions.SystemPrefix), RangeEnd: fsm.PrefixEnd([]byte(versions.SystemPrefix))}); err == nil {
+		t.Error("a delete of keel's records alone was served")
+	}
+	if got := store.FSM().View().Revision(); got != rev {
+		t.Errorf("the refused delete moved the revision %d → %d", rev, got)
 	}
 }
