@@ -73,6 +73,14 @@ type Config struct {
 	// open at once on one etcd door connection alike (HTTP/2's
 	// SETTINGS_MAX_CONCURRENT_STREAMS): the client waits to open one more.
 	MaxStreamInFlight int
+	// MaxRequestBytesInFlight bounds the bytes of request bodies a node holds at once
+	// (HTTP bodies, stream-protocol frames, etcd gRPC messages; 0 = no bound), and
+	// MaxRequestBytesInFlightPerClient those of one source IP address (0 = no bound but
+	// the node's). A request takes its size when it is known — announced, before its
+	// bytes are read — and gives it back when it is done; one over either is refused
+	// with 429 TooManyRequests (bytelimits.go). Each is at least MaxRequestBytes, so a
+	// lone request of the largest size is always admitted.
+	MaxRequestBytesInFlight, MaxRequestBytesInFlightPerClient int64
 	// MaxStreamWatches bounds the watches one stream-protocol connection carries at
 	// once (0 = no bound but MaxWatches): a watch above it is refused with a 429.
 	MaxStreamWatches int
@@ -140,9 +148,13 @@ func DefaultConfig() Config {
 		MaxInFlight:          20000,
 		MaxInFlightPerClient: 2500, // one client's worst case under 10,000 goroutines (connlimits.go)
 		MaxStreamInFlight:    1024,
-		StreamFrameTimeout:   10 * time.Second,
-		WatchBuffer:          1024,
-		ACLDefault:           ACLAllow,
+		// 8 of the largest requests (8 MiB txn bodies) per client, hundreds of typical
+		// ones (kube-apiserver's objects are tens of KiB); 4 clients' worth per node.
+		MaxRequestBytesInFlight:          256 << 20,
+		MaxRequestBytesInFlightPerClient: 64 << 20,
+		StreamFrameTimeout:               10 * time.Second,
+		WatchBuffer:                      1024,
+		ACLDefault:                       ACLAllow,
 	}
 }
 
@@ -181,6 +193,11 @@ func (c Config) Validate() error {
 	if c.MaxConns < 1 || c.MaxInFlight < 1 || c.MaxStreamInFlight < 1 {
 		errs = append(errs, fmt.Errorf("kv: MaxConns %d, MaxInFlight %d, MaxStreamInFlight %d must be >= 1",
 			c.MaxConns, c.MaxInFlight, c.MaxStreamInFlight))
+	}
+	if rb := c.MaxRequestBytes(); (c.MaxRequestBytesInFlight != 0 && c.MaxRequestBytesInFlight < rb) ||
+		(c.MaxRequestBytesInFlightPerClient != 0 && c.MaxRequestBytesInFlightPerClient < rb) {
+		errs = append(errs, fmt.Errorf("kv: MaxRequestBytesInFlight %d and MaxRequestBytesInFlightPerClient %d must be 0 or >= the largest request, %d (MaxValueBytes+MaxKeyBytes, MaxTxnBodyBytes)",
+			c.MaxRequestBytesInFlight, c.MaxRequestBytesInFlightPerClient, rb))
 	}
 	if c.StreamFrameTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("kv: StreamFrameTimeout %v must be > 0", c.StreamFrameTimeout))

@@ -58,9 +58,11 @@ type Server struct {
 	inFlight    atomic.Int64
 	// clientInFlight counts the requests in flight per source address.
 	clientInFlight clientConns
-	watchStop      chan struct{}
-	startOnce      sync.Once
-	stopOnce       sync.Once
+	// requestBytes counts the bytes of request bodies in flight (bytelimits.go).
+	requestBytes requestBytes
+	watchStop    chan struct{}
+	startOnce    sync.Once
+	stopOnce     sync.Once
 
 	// acl is the node's view of the ACL records (acl.go); nil until first read.
 	// aclRefresh is when an unknown token last made it re-read them at the leader.
