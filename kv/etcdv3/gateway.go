@@ -290,28 +290,29 @@ func (c *routedConn) Read(p []byte) (int, error) {
 
 // handshaken is the gRPC server's transport credentials: route did the TLS
 // handshake already, so it only reports its state (for the client-certificate rule),
-// and marks the gateway's in-process connections.
-type handshaken struct{}
+// marks the gateway's in-process connections, and meters every other connection's
+// request messages (msgbytes.go).
+type handshaken struct{ meter func(net.Conn) net.Conn }
 
 func (handshaken) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return nil, nil, errors.New("etcdv3: server-side credentials")
 }
 
-func (handshaken) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (h handshaken) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	switch rc := c.(type) {
 	case *routedConn:
 		if rc.gateway {
 			return c, gatewayAuth{}, nil
 		}
 		if rc.tls != nil {
-			return c, credentials.TLSInfo{State: *rc.tls,
+			return h.meter(c), credentials.TLSInfo{State: *rc.tls,
 				CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 		}
 	case *tls.Conn:
-		return c, credentials.TLSInfo{State: rc.ConnectionState(),
+		return h.meter(c), credentials.TLSInfo{State: rc.ConnectionState(),
 			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 	}
-	return c, nil, nil
+	return h.meter(c), nil, nil
 }
 
 func (handshaken) Info() credentials.ProtocolInfo {

@@ -84,7 +84,11 @@ func New(core *kv.Server) *Server {
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
 		grpc.InTapHandle(e.tap), // every call's slot (bounds.go)
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
-		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes()) + 4096),
+		grpc.MaxRecvMsgSize(e.maxRecvMsgBytes()),
+		// A stream's window stays 64 KiB (gRPC's default, and no BDP growth to 16 MiB
+		// a stream): what a client may push on a stream before the call reads a
+		// message, outside the bytes-in-flight budget (msgbytes.go).
+		grpc.InitialWindowSize(64 << 10),
 		// etcd's keepalive policy: clients (kube-apiserver pings every 30 s) may ping
 		// every 5 s, with or without a stream, instead of gRPC's 5-minute default
 		// that would close their connections with "too many pings".
@@ -93,7 +97,7 @@ func New(core *kv.Server) *Server {
 	}
 	// Serve does the TLS handshake (with cfg.TLS) before it routes a connection to
 	// gRPC or to the JSON gateway (gateway.go): gRPC's credentials only report it.
-	opts = append(opts, grpc.Creds(handshaken{}))
+	opts = append(opts, grpc.Creds(handshaken{meter: e.meterConn}))
 	// One connection carries at most MaxStreamInFlight calls at once (1,024 by
 	// default), as one stream-protocol connection carries at most that many requests:
 	// a client waits to open one more (HTTP/2 flow control, no error), and gRPC
@@ -108,6 +112,9 @@ func New(core *kv.Server) *Server {
 	e.streaming = streamingMethods(e.grpc)
 	return e
 }
+
+// maxRecvMsgBytes is gRPC's MaxRecvMsgSize: the largest request, and its framing.
+func (e *Server) maxRecvMsgBytes() int { return int(e.core.Config().MaxRequestBytes()) + 4096 }
 
 // newGRPC is a gRPC server with the etcd API's services.
 func (e *Server) newGRPC(opts ...grpc.ServerOption) *grpc.Server {
