@@ -80,3 +80,15 @@ func (s *Server) RequestBytesInFlight(addr string) (node, client int64) {
 	defer rb.mu.Unlock()
 	return rb.node, rb.clients[hostOf(addr)]
 }
+
+// AdmitBody is AdmitBytes for an HTTP request's body as its Content-Length announces
+// it (-1: unknown, as a chunked body's is, which costs the largest request,
+// MaxRequestBytes); a request without a body (0) costs nothing. Every HTTP door (the
+// HTTP port, HTTP/1.1 and h2c, and the etcd door's JSON gateway) takes it before it
+// reads the body, and gives it back when the request is done.
+func (s *Server) AdmitBody(addr string, contentLength int64) (release func(), err error) {
+	if contentLength < 0 {
+		contentLength = s.cfg.MaxRequestBytes()
+	}
+	return s.AdmitBytes(addr, contentLength)
+}

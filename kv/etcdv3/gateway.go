@@ -491,8 +491,27 @@ func (e *Server) httpHandler(gw http.Handler) http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
+		// The body's bytes in flight, from its client's budget as on the HTTP port:
+		// its gRPC call runs on the in-process connection, which is not metered.
+		release, err := e.core.AdmitBody(r.RemoteAddr, r.ContentLength)
+		if err != nil {
+			gatewayRefuse(gw, w, r, err)
+			return
+		}
+		defer release()
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// gatewayRefuse answers a request the door refuses before its gRPC call, in the
+// gateway's words (etcd's JSON error and the HTTP status of its gRPC code).
+func gatewayRefuse(gw http.Handler, w http.ResponseWriter, r *http.Request, err error) {
+	mux, ok := gw.(*runtime.ServeMux)
+	if !ok {
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	}
+	runtime.HTTPError(r.Context(), mux, &runtime.JSONPb{}, w, r, etcdError(err))
 }
 
 // serveVersion answers etcd's GET /version.

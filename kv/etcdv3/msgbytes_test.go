@@ -1,9 +1,15 @@
 package etcdv3
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
+	"net"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +180,46 @@ func TestEtcdRequestBytesInFlightBounded(t *testing.T) {
 		}
 	}
 	t.Fatalf("a Put once the attacking connection closed: %v", err)
+}
+
+// The etcd door's JSON gateway holds an HTTP client to the same bytes in flight, from
+// each body's Content-Length (its gRPC calls run on the in-process connection, which
+// is not metered): 60 POST /v3/kv/put announcing 1 MiB, 512 KiB sent each, hold at
+// most the client's 4 MiB; the others are answered 429 at once (kill: no AdmitBody in
+// the gateway's handler — every body is read, 60 × 512 KiB held).
+func TestGatewayRequestBytesInFlightBounded(t *testing.T) {
+	const conns, size, part = 60, 1 << 20, 512 << 10
+	cfg := kv.DefaultConfig()
+	cfg.MaxValueBytes, cfg.MaxTxnBodyBytes = size/2, size/2
+	cfg.MaxRequestBytesInFlightPerClient = 4 << 20
+	d := newFloodDoor(t, cfg)
+	heap := inUse()
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	body := append([]byte(`{"key":"aw==","value":"`), bytes.Repeat([]byte("A"), part)...) // a JSON put, unfinished
+	for range conns {
+		c, err := net.DialTimeout("tcp", d.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fmt.Fprintf(c, "POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+			go c.Write(body) // a refused request's body is not read
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusTooManyRequests {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	grew := inUse() - heap
+	t.Logf("%d gateway puts announcing %d KiB, %d KiB sent each: %d refused, %+d KiB heap and stacks", conns, size>>10, part>>10, refused.Load(), grew>>10)
+	const bound = 16 << 20
+	if refused.Load() < conns-4 || grew > bound {
+		t.Fatalf("%d gateway puts announcing %d KiB each: %d refused, %d MiB more heap; want at least %d refused and at most %d MiB",
+			conns, size>>10, refused.Load(), grew>>20, conns-4, bound>>20)
+	}
 }

@@ -8,8 +8,10 @@ import (
 	"github.com/keel-kv/keel/kv/api"
 )
 
-// limitInFlight answers 429 to a request beyond MaxInFlight. Health checks, the
-// stream upgrade (its requests count one by one) and watches are not counted.
+// limitInFlight answers 429 to a request beyond MaxInFlight, or whose body would take
+// its client or the node over their request bytes in flight (kv.Server.AdmitBody).
+// Health checks, the stream upgrade (its requests count one by one) and watches are
+// not counted.
 func (s *Server) limitInFlight(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if uncounted(r) {
@@ -21,6 +23,12 @@ func (s *Server) limitInFlight(next http.Handler) http.Handler {
 			return
 		}
 		defer s.core.ReleaseRequest(r.RemoteAddr)
+		release, err := s.core.AdmitBody(r.RemoteAddr, r.ContentLength)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		defer release()
 		next.ServeHTTP(w, r)
 	})
 }
