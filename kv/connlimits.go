@@ -48,6 +48,23 @@ import (
 // largest metadata, whatever door it uses. Request bodies in flight are bounded by
 // count and message size only.
 
+// MaxHeaderListBytes bounds the headers of one request on every HTTP/2 door — the
+// etcd door's calls (gRPC's metadata) and the HTTP port's h2c streams (HTTP/2's
+// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes each) — and of an
+// HTTP/1.1 request (http.Server.MaxHeaderBytes): a request over it is refused before
+// it runs. etcd's clients send a few hundred bytes (the token, the authority, user
+// agent, require-leader, timeout; kube-apiserver adds a trace context), and keel's a
+// bearer token, so 16 KiB leaves room for a long JWT and tracing baggage, where gRPC's
+// default of 16 MB let 60 tokenless health streams of 15 MB each take a node from 33
+// MB to 974 MB (issue #33), and net/http's 1 MiB let each h2c stream keep a megabyte.
+// The headers of every request one client may hold at once (2,500 streams and 2,500
+// requests) then stay under 80 MiB.
+const MaxHeaderListBytes = 16 << 10
+
+// MaxHTTP2FrameBytes is the largest HTTP/2 frame a door reads (SETTINGS_MAX_FRAME_SIZE):
+// HTTP/2's default and gRPC's, where x/net's server would read 1 MiB frames.
+const MaxHTTP2FrameBytes = 16 << 10
+
 // ErrTooManyRequests: the node runs its maximum of requests; retry later or elsewhere.
 var ErrTooManyRequests = errors.New("kv: too many requests in flight")
 

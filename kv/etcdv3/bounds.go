@@ -9,8 +9,8 @@ import (
 )
 
 // What one client may hold of a node through this door (issue #33). Every bound is
-// the core's, counted with the client's use of every other door, except the two that
-// only HTTP/2 has, set in New:
+// the core's, counted with the client's use of every other door, except those that
+// only HTTP/2 has, set in New with the same numbers as the HTTP port's h2c:
 //
 //   - a call holds a slot from its headers to its end, taken by tap before gRPC starts
 //     the call's goroutine: a stream (Watch, LeaseKeepAlive, RangeStream, Snapshot,
@@ -22,19 +22,13 @@ import (
 //     whose request message never comes holds its slot, not one more.
 //   - one connection carries at most Config.MaxStreamInFlight calls (HTTP/2's
 //     SETTINGS_MAX_CONCURRENT_STREAMS, 1,024): the client waits to open one more.
-//   - a call's metadata is at most maxHeaderListBytes.
+//   - a call's metadata is at most kv.MaxHeaderListBytes, as a request's headers on
+//     the HTTP port.
+//   - a request message takes the length its prefix announces from the client's
+//     request bytes in flight (kv.Server.AdmitBytes) before gRPC reads it
+//     (msgbytes.go); a stream may be pushed at most 64 KiB (its window) beyond.
 //   - a Watch stream holds one outstanding RequestProgress (watch.go); its watches
 //     are bounded by the core's watch bounds.
-
-// maxHeaderListBytes bounds the metadata of one call (HTTP/2's
-// SETTINGS_MAX_HEADER_LIST_SIZE: names, values and 32 bytes each): a call over it is
-// reset before it runs. etcd's clients send a few hundred bytes (the token, the
-// authority, user agent, require-leader, timeout; kube-apiserver adds a trace
-// context), so 16 KiB leaves room for a long JWT and tracing baggage, where gRPC's
-// default of 16 MB let 60 tokenless health streams of 15 MB each take a node from 33
-// MB to 974 MB. The metadata of every call one client may hold at once (2,500 streams
-// and 2,500 unary calls) then stays under 80 MiB, where 16 MB a call was 80 GB.
-const maxHeaderListBytes = 16 << 10
 
 // tap admits a call as its headers arrive, before gRPC starts its goroutine: see
 // above. The call's slot (callSlot) goes back once the call's context has ended —

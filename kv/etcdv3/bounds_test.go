@@ -150,7 +150,7 @@ func rawCall(t *testing.T, addr, method string, msg proto.Message, pad int) (ser
 	return r.answer(id)
 }
 
-// The etcd door refuses a call whose metadata is over maxHeaderListBytes (16 KiB),
+// The etcd door refuses a call whose metadata is over kv.MaxHeaderListBytes (16 KiB),
 // tokenless health included, instead of gRPC's default of 16 MB (kill: no
 // MaxHeaderListSize, the door before issue #33: a Range with 1 MiB of metadata is
 // served, and each held health Watch keeps its megabyte). A call with 8 KiB of

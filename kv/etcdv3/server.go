@@ -83,7 +83,7 @@ func New(core *kv.Server) *Server {
 		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
 		grpc.ChainStreamInterceptor(e.streamInterceptor),
 		grpc.InTapHandle(e.tap), // every call's slot (bounds.go)
-		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.MaxHeaderListSize(kv.MaxHeaderListBytes),
 		grpc.MaxRecvMsgSize(e.maxRecvMsgBytes()),
 		// A stream's window stays 64 KiB (gRPC's default, and no BDP growth to 16 MiB
 		// a stream): what a client may push on a stream before the call reads a

@@ -33,6 +33,27 @@ func (s *Server) limitInFlight(next http.Handler) http.Handler {
 	})
 }
 
+// countStream counts every HTTP/2 (h2c) request, a watch above all, against its
+// client's connections-and-streams budget (kv.Server.OpenStream) while it runs, as
+// an HTTP/1.1 request holds its connection's slot: one h2c connection would otherwise
+// carry MaxStreamInFlight watches for the price of one slot. One over the budget is
+// answered 429 TooManyConnections; HTTP/1.1 requests pass (their connection counts).
+func (s *Server) countStream(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 2 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		release, err := s.core.OpenStream(r.RemoteAddr)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		defer release()
+		next.ServeHTTP(w, r)
+	})
+}
+
 func uncounted(r *http.Request) bool {
 	switch r.URL.Path {
 	case api.PathHealth, api.PathReady, api.PathLive, api.PathStream:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -46,9 +47,10 @@ type Server struct {
 func New(core *kv.Server) *Server {
 	s := &Server{core: core, cfg: core.Config(), log: core.Logger(), mux: http.NewServeMux()}
 	s.routes()
-	// The chain, outside in: access log, client certificate, in-flight limit, routes.
-	// An authentication middleware belongs next to requireClientCert.
-	s.handler = s.accessLog(s.requireClientCert(s.limitInFlight(s.mux)))
+	// The chain, outside in: access log, h2c stream budget, client certificate,
+	// in-flight limit, routes. An authentication middleware belongs next to
+	// requireClientCert.
+	s.handler = s.accessLog(s.countStream(s.requireClientCert(s.limitInFlight(s.mux))))
 	return s
 }
 
@@ -82,8 +84,15 @@ func (s *Server) Serve(ln net.Listener) error {
 		// the latter peeks 14 bytes for the preface before parsing HTTP/1, so a
 		// shorter garbage request would wait for the header timeout instead of a 400.
 		//lint:ignore SA1019 see above
-		Handler:           h2c.NewHandler(s.handler, &http2.Server{}),
-		MaxHeaderBytes:    http.DefaultMaxHeaderBytes,
+		// The etcd door's HTTP/2 numbers (kv/etcdv3/bounds.go): MaxStreamInFlight
+		// streams on one connection (x/net's default is 250), kv.MaxHeaderListBytes of
+		// headers (1 MiB) and kv.MaxHTTP2FrameBytes frames (1 MiB). Each stream also
+		// counts against its client's connections-and-streams budget (countStream).
+		Handler: h2c.NewHandler(s.handler, &http2.Server{
+			MaxConcurrentStreams: uint32(min(s.cfg.MaxStreamInFlight, math.MaxUint32)),
+			MaxReadFrameSize:     kv.MaxHTTP2FrameBytes,
+		}),
+		MaxHeaderBytes:    kv.MaxHeaderListBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
