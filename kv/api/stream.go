@@ -290,19 +290,36 @@ const streamFrameChunk = 64 << 10
 // them: a peer that announces a large frame and sends little costs little (250
 // streams announcing 8 MiB each no longer take 2 GB before a byte of them arrives).
 func ReadStreamFrame(br *bufio.Reader, max int) ([]byte, error) {
+	n, err := ReadStreamFrameLen(br, max)
+	if err != nil {
+		return nil, err
+	}
+	return ReadStreamFrameBody(br, n)
+}
+
+// ReadStreamFrameLen reads a frame's length, at most max (*ErrStreamFrameTooLarge
+// otherwise, its body unread): a server takes the body's bytes in flight before it
+// reads them (ReadStreamFrameBody).
+func ReadStreamFrameLen(br *bufio.Reader, max int) (int, error) {
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, err
+			return 0, err
 		}
-		return nil, fmt.Errorf("%w: frame length: %v", ErrBadStreamFrame, err)
+		return 0, fmt.Errorf("%w: frame length: %v", ErrBadStreamFrame, err)
 	}
 	if n > uint64(max) {
-		return nil, &ErrStreamFrameTooLarge{Size: n}
+		return 0, &ErrStreamFrameTooLarge{Size: n}
 	}
-	b := make([]byte, 0, min(int(n), streamFrameChunk))
-	for len(b) < int(n) {
-		k := min(int(n)-len(b), streamFrameChunk)
+	return int(n), nil
+}
+
+// ReadStreamFrameBody reads the n bytes of a frame's body (ReadStreamFrameLen) into
+// a new slice that grows as they arrive (see ReadStreamFrame).
+func ReadStreamFrameBody(br *bufio.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, streamFrameChunk))
+	for len(b) < n {
+		k := min(n-len(b), streamFrameChunk)
 		b = slices.Grow(b, k) // at least doubles when it grows: O(n) copying in all
 		got, err := io.ReadFull(br, b[len(b):len(b)+k])
 		b = b[:len(b)+got]

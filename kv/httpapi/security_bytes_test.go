@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
 // heapInUse is the heap and stack memory in use after a collection.
@@ -71,5 +73,33 @@ func TestRequestBytesInFlightBounded(t *testing.T) {
 	if refused < conns-4 || grew > bound {
 		t.Fatalf("%d PUTs announcing %d KiB each: %d refused, %d MiB more heap; want at least %d refused and at most %d MiB",
 			conns, size>>10, refused, grew>>20, conns-4, bound>>20)
+	}
+}
+
+// The stream protocol holds a client to the same bytes in flight, from each frame's
+// length before its body is read: 100 connections, each announcing a 1 MiB frame and
+// sending 512 KiB of it, hold at most the client's 4 MiB (kill: the frame's body read
+// before its bytes are taken, the door before — 100 × 512 KiB held until the frame
+// timeout).
+func TestStreamRequestBytesInFlightBounded(t *testing.T) {
+	const conns, size, part = 100, 1 << 20, 512 << 10
+	_, addr := serveReal(t, func(c *kv.Config) {
+		c.MaxValueBytes, c.MaxTxnBodyBytes = size, size
+		c.MaxRequestBytesInFlightPerClient = 4 << 20
+	})
+	frame := binary.AppendUvarint(nil, size)
+	frame = binary.AppendUvarint(frame, 1) // the request's id; the rest never comes whole
+	frame = append(frame, make([]byte, part)...)
+	heap := heapInUse()
+	for range conns {
+		c, _ := kvtest.RawStream(t, "http://"+addr, "")
+		go c.Write(frame)
+	}
+	time.Sleep(time.Second) // the bytes arrive
+	grew := heapInUse() - heap
+	t.Logf("%d stream frames announcing %d KiB, %d KiB sent each: %+d KiB heap and stacks", conns, size>>10, part>>10, grew>>10)
+	const bound = 16 << 20 // 4 frames, 100 connections' buffers
+	if grew > bound {
+		t.Fatalf("%d stream frames announcing %d KiB each: %d MiB more heap; want at most %d MiB", conns, size>>10, grew>>20, bound>>20)
 	}
 }

@@ -44,9 +44,9 @@ type streamConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}
-	work   chan *api.StreamRequest // to idle workers (unbuffered)
-	wg     sync.WaitGroup          // requests in flight
-	flush  chan struct{}           // cap 1: a flush is wanted
+	work   chan streamJob // to idle workers (unbuffered)
+	wg     sync.WaitGroup // requests in flight
+	flush  chan struct{}  // cap 1: a flush is wanted
 	wmu    sync.Mutex
 	bw     *bufio.Writer
 	werr   error // first write failure; later answers are dropped
@@ -60,7 +60,7 @@ type streamConn struct {
 func (d *Door) newStreamConn(conn net.Conn, br *bufio.Reader, caller kv.Caller, cs *tls.ConnectionState) *streamConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &streamConn{d: d, caller: caller, peer: func() *tls.ConnectionState { return cs }, conn: conn, src: conn.RemoteAddr().String(), br: br, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, d.cfg.MaxStreamInFlight), work: make(chan *api.StreamRequest),
+		sem: make(chan struct{}, d.cfg.MaxStreamInFlight), work: make(chan streamJob),
 		flush: make(chan struct{}, 1), bw: bufio.NewWriterSize(conn, streamBufSize)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -98,11 +98,17 @@ func (c *streamConn) serve() {
 	}()
 	max := int(c.d.cfg.MaxRequestBytes()) + 64
 	for {
-		body, err := c.readFrame(max)
+		body, release, err := c.readFrame(max)
 		var tooLarge *api.ErrStreamFrameTooLarge
+		var refused *frameRefused
 		switch {
 		case errors.As(err, &tooLarge):
 			if !c.refuseLarge(tooLarge.Size) {
+				return
+			}
+			continue
+		case errors.As(err, &refused):
+			if !c.refuseFrame(uint64(refused.size), refused.err) {
 				return
 			}
 			continue
@@ -114,6 +120,7 @@ func (c *streamConn) serve() {
 		}
 		var req api.StreamRequest
 		if err := api.DecodeStreamRequest(body, &req); err != nil {
+			release()
 			if _, n := binary.Uvarint(body); n <= 0 {
 				// No id to answer: the client is not speaking this protocol.
 				c.d.core.Logger().Debug("stream: unreadable request", "remote", c.conn.RemoteAddr().String(), "error", err)
@@ -124,50 +131,60 @@ func (c *streamConn) serve() {
 			continue
 		}
 		if req.Op == api.StreamWatch || req.Op == api.StreamWatchCancel {
+			release()
 			c.watchFrame(&req)
 			continue
 		}
 		select {
 		case c.sem <- struct{}{}:
 		case <-c.ctx.Done():
+			release()
 			return
 		}
 		if err := c.d.core.AdmitRequest(c.src); err != nil {
+			release()
 			<-c.sem
 			e := kv.WireError(err, req.Op != api.StreamGet)
 			c.answer(&api.StreamResponse{ID: req.ID, Op: req.Op, Err: &e})
 			continue
 		}
 		c.wg.Add(1)
-		c.dispatch(&req)
+		c.dispatch(streamJob{req: &req, release: release})
 	}
+}
+
+// streamJob is a request to run and the release of its bytes in flight.
+type streamJob struct {
+	req     *api.StreamRequest
+	release func()
 }
 
 // dispatch hands req to an idle worker of this connection, or starts one. Workers
 // outlive their request: a goroutine per request would grow a fresh stack through
 // the whole write path every time (a tenth of the leader's CPU under load).
-func (c *streamConn) dispatch(req *api.StreamRequest) {
+func (c *streamConn) dispatch(job streamJob) {
 	select {
-	case c.work <- req:
+	case c.work <- job:
 	default:
-		go c.worker(req)
+		go c.worker(job)
 	}
 }
 
 // worker runs requests until it has been idle for streamWorkerIdle or the connection
 // closes.
-func (c *streamConn) worker(req *api.StreamRequest) {
+func (c *streamConn) worker(job streamJob) {
 	idle := time.NewTimer(streamWorkerIdle)
 	defer idle.Stop()
 	for {
-		resp := c.do(req)
+		resp := c.do(job.req)
+		job.release()
 		c.answer(&resp)
 		c.d.core.ReleaseRequest(c.src)
 		<-c.sem
 		c.wg.Done()
 		idle.Reset(streamWorkerIdle)
 		select {
-		case req = <-c.work:
+		case job = <-c.work:
 		case <-idle.C:
 			return
 		case <-c.ctx.Done():
@@ -179,16 +196,37 @@ func (c *streamConn) worker(req *api.StreamRequest) {
 // readFrame reads the next frame: it waits for the first byte as long as the client
 // likes (an idle connection is fine), then the whole frame must arrive within
 // StreamFrameTimeout — a client that stalls mid-frame, or sends bytes that are not
-// the protocol (which read as a frame that never completes), is cut off.
-func (c *streamConn) readFrame(max int) ([]byte, error) {
+// the protocol (which read as a frame that never completes), is cut off. The frame
+// takes its length from the client's request bytes in flight before its body is read
+// (kv.Server.AdmitBytes); release gives them back. One over the budget is
+// *frameRefused, its body unread.
+func (c *streamConn) readFrame(max int) (body []byte, release func(), err error) {
 	if _, err := c.br.Peek(1); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.setReadDeadline(time.Now().Add(c.d.cfg.StreamFrameTimeout))
-	body, err := api.ReadStreamFrame(c.br, max)
-	c.setReadDeadline(time.Time{})
-	return body, err
+	defer c.setReadDeadline(time.Time{})
+	n, err := api.ReadStreamFrameLen(c.br, max)
+	if err != nil {
+		return nil, nil, err
+	}
+	if release, err = c.d.core.AdmitBytes(c.src, int64(n)); err != nil {
+		return nil, nil, &frameRefused{size: n, err: err}
+	}
+	if body, err = api.ReadStreamFrameBody(c.br, n); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return body, release, nil
 }
+
+// frameRefused: a frame of size bytes the server will not read, for err.
+type frameRefused struct {
+	size int
+	err  error
+}
+
+func (e *frameRefused) Error() string { return e.err.Error() }
 
 // setReadDeadline sets the read deadline unless the server is shutting down, which
 // has set its own (Door.Close sets closed first, then the deadlines).
@@ -207,6 +245,13 @@ func (c *streamConn) refuseLarge(size uint64) bool {
 	if size > api.MaxStreamFrame {
 		return false // no client sends such a frame: these bytes are not the protocol
 	}
+	return c.refuseFrame(size, fmt.Errorf("%w: request of %d bytes exceeds the limit (value %d bytes, key %d bytes, txn body %d bytes)",
+		kv.ErrTooLarge, size, c.d.cfg.MaxValueBytes, c.d.cfg.MaxKeyBytes, c.d.cfg.MaxTxnBodyBytes))
+}
+
+// refuseFrame skips the unread body of a frame of size bytes and answers its id with
+// why; it reports whether the connection can go on.
+func (c *streamConn) refuseFrame(size uint64, why error) bool {
 	c.setReadDeadline(time.Now().Add(c.d.cfg.StreamFrameTimeout))
 	defer c.setReadDeadline(time.Time{})
 	head, _ := c.br.Peek(min(int(size), binary.MaxVarintLen64))
@@ -217,8 +262,7 @@ func (c *streamConn) refuseLarge(size uint64) bool {
 	if _, err := c.br.Discard(int(size)); err != nil {
 		return false
 	}
-	e := kv.WireError(fmt.Errorf("%w: request of %d bytes exceeds the limit (value %d bytes, key %d bytes, txn body %d bytes)",
-		kv.ErrTooLarge, size, c.d.cfg.MaxValueBytes, c.d.cfg.MaxKeyBytes, c.d.cfg.MaxTxnBodyBytes), false)
+	e := kv.WireError(why, false)
 	c.answer(&api.StreamResponse{ID: id, Err: &e})
 	return true
 }
