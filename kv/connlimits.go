@@ -45,8 +45,9 @@ import (
 // and 2,500 requests in flight (MaxInFlightPerClient: on HTTP/1.1 each takes a
 // connection anyway; on the etcd door a call whose request never comes holds a
 // goroutine, ~12 KiB): at most ~10,000 goroutines and ~200 MiB with the etcd door's
-// largest metadata, whatever door it uses. Request bodies in flight are bounded by
-// count and message size only.
+// largest metadata, whatever door it uses; and its request bodies at most
+// MaxRequestBytesInFlightPerClient (64 MiB) more, taken as each body's size is
+// announced (bytelimits.go).
 
 // MaxHeaderListBytes bounds the headers of one request on every HTTP/2 door — the
 // etcd door's calls (gRPC's metadata) and the HTTP port's h2c streams (HTTP/2's

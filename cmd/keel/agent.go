@@ -50,6 +50,7 @@ func gossipConfig(f agentFlags) (*membership.Config, error) {
 type limitFlags struct {
 	conns, clientConns, inFlight, clientInFlight, streamInFlight, watches, streamWatches, tokenWatches int
 	leases, tokenLeases                                                                                int
+	requestBytes, clientRequestBytes                                                                   int64
 }
 
 // register adds the limit flags to fl, with def's values as their defaults.
@@ -62,6 +63,8 @@ func (l *limitFlags) register(fl *pflag.FlagSet, def kv.Config) {
 	fl.IntVar(&l.watches, "max-watches", def.MaxWatches, "watches the node serves at once; one more is answered 429")
 	fl.IntVar(&l.streamWatches, "max-stream-watches", def.MaxStreamWatches, "watches one stream connection carries at once (0: only -max-watches); one more is answered 429")
 	fl.IntVar(&l.tokenWatches, "max-watches-per-token", def.MaxWatchesPerToken, "watches one ACL token holds on the node at once, over HTTP and streams (0: only -max-watches); one more is answered 429")
+	fl.Int64Var(&l.requestBytes, "max-request-bytes-in-flight", def.MaxRequestBytesInFlight, "bytes of request bodies the node holds at once, on every port (0: no bound); a request over it is answered 429")
+	fl.Int64Var(&l.clientRequestBytes, "max-request-bytes-in-flight-per-client", def.MaxRequestBytesInFlightPerClient, "bytes of request bodies one source address holds at once, on every port (0: only -max-request-bytes-in-flight); a request over it is answered 429")
 	fl.IntVar(&l.leases, "max-leases", def.MaxLeases, "live leases of the whole cluster (0: no bound); a grant beyond it is answered 429")
 	fl.IntVar(&l.tokenLeases, "max-leases-per-token", def.MaxLeasesPerToken, "live leases one ACL token granted through this node (0: only -max-leases); one more is answered 429")
 }
@@ -71,6 +74,7 @@ func (l limitFlags) apply(c *kv.Config) {
 	c.MaxConns, c.MaxConnsPerClient, c.MaxInFlight, c.MaxInFlightPerClient = l.conns, l.clientConns, l.inFlight, l.clientInFlight
 	c.MaxStreamInFlight, c.MaxWatches, c.MaxStreamWatches, c.MaxWatchesPerToken = l.streamInFlight, l.watches, l.streamWatches, l.tokenWatches
 	c.MaxLeases, c.MaxLeasesPerToken = l.leases, l.tokenLeases
+	c.MaxRequestBytesInFlight, c.MaxRequestBytesInFlightPerClient = l.requestBytes, l.clientRequestBytes
 }
 
 type agentFlags struct {
