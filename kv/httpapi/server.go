@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -84,14 +83,16 @@ func (s *Server) Serve(ln net.Listener) error {
 		// the latter peeks 14 bytes for the preface before parsing HTTP/1, so a
 		// shorter garbage request would wait for the header timeout instead of a 400.
 		//lint:ignore SA1019 see above
-		// The etcd door's HTTP/2 numbers (kv/etcdv3/bounds.go): MaxStreamInFlight
-		// streams on one connection (x/net's default is 250), kv.MaxHeaderListBytes of
-		// headers (1 MiB) and kv.MaxHTTP2FrameBytes frames (1 MiB). Each stream also
-		// counts against its client's connections-and-streams budget (countStream).
-		Handler: h2c.NewHandler(s.handler, &http2.Server{
-			MaxConcurrentStreams: uint32(min(s.cfg.MaxStreamInFlight, math.MaxUint32)),
+		Handler: h2c.NewHandler(s.handler, &http2.Server{}),
+		// The etcd door's HTTP/2 numbers (kv/etcdv3/bounds.go), which x/net's h2c
+		// server takes from here: MaxStreamInFlight streams on one connection (x/net's
+		// default is 250), kv.MaxHeaderListBytes of headers (1 MiB; HTTP/1.1's too) and
+		// kv.MaxHTTP2FrameBytes frames (1 MiB). Each stream also counts against its
+		// client's connections-and-streams budget (countStream).
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: s.cfg.MaxStreamInFlight,
 			MaxReadFrameSize:     kv.MaxHTTP2FrameBytes,
-		}),
+		},
 		MaxHeaderBytes:    kv.MaxHeaderListBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
