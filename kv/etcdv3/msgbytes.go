@@ -25,8 +25,10 @@ import (
 //     server's END_STREAM or a RST_STREAM either way) or the connection closes.
 //   - a message over the budget has its prefix's length rewritten, in the bytes gRPC
 //     is about to read, to one above gRPC's MaxRecvMsgSize: gRPC refuses the call with
-//     ResourceExhausted (etcd's "too many requests") before it opens the window, and
-//     the client can push at most the stream's initial window (64 KiB) more. A prefix
+//     ResourceExhausted before it opens the window (the client reads gRPC's words,
+//     "received message larger than max (4294967295 vs. N)": gRPC refuses the
+//     message before any hook of the door could name the budget), and the client can
+//     push at most the stream's initial window (64 KiB) more. A prefix
 //     whose length bytes arrived in two reads cannot be rewritten whole: the
 //     connection is closed (no gRPC client splits a prefix across frames, and a split
 //     inside one frame needs a client over its budget and an unlucky read).
