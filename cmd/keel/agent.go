@@ -101,7 +101,6 @@ type agentFlags struct {
 
 func newAgentCmd() *cobra.Command {
 	var f agentFlags
-	def := agent.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run a keel node",
@@ -125,7 +124,13 @@ addresses, and one command line serves first start, restart and scale-out:
 			return runAgent(cmd.Context(), f)
 		},
 	}
-	fl := cmd.Flags()
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// register binds f to the agent's flags, with their defaults.
+func (f *agentFlags) register(fl *pflag.FlagSet) {
+	def := agent.DefaultConfig()
 	fl.StringVar(&f.nodeID, "node-id", "", "node ID (default: stored in the data dir, or generated)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (required unless -dev)")
 	fl.StringVar(&f.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
@@ -162,7 +167,6 @@ addresses, and one command line serves first start, restart and scale-out:
 	fl.StringVar(&f.aclDefault, "acl-default", "", "what a cluster answers before keel acl bootstrap, `allow|deny` (deny: only health, status and bootstrap; default deny, allow with -dev)")
 	fl.StringVar(&f.testLogFaults, "test-log-faults", "", "fault-injection tests only: a control file that, while it exists, makes the raft log's writes or syncs fail")
 	_ = fl.MarkHidden("test-log-faults")
-	return cmd
 }
 
 func runAgent(ctx context.Context, f agentFlags) error {

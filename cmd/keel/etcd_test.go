@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/pflag"
+
+	"github.com/keel-kv/keel/cmd/keel/agent"
+	"github.com/keel-kv/keel/internal/freeport"
 )
 
 // -etcd-addr: off or empty serves none outside -dev; -dev serves etcd's client port,
@@ -35,4 +41,44 @@ func TestEtcdAddr(t *testing.T) {
 			t.Fatalf("-dev with %s taken: %q, want a free port", devEtcdAddr, got)
 		}
 	}
+}
+
+// TestDevAgentStartsWithEtcdPortTaken: `keel agent -dev -http-addr 127.0.0.1:0` while
+// etcd's client port is taken (another etcd, the `make run` node) starts, with the
+// HTTP and etcd APIs on two different free ports. It was refused ("etcd address
+// 127.0.0.1:0 is the HTTP address"): two requests for any free port were taken for one
+// port.
+func TestDevAgentStartsWithEtcdPortTaken(t *testing.T) {
+	if ln, err := net.Listen("tcp", devEtcdAddr); err == nil {
+		defer ln.Close() // hold it; when it is not free, the condition holds already
+	}
+	f := parseAgentFlags(t, "--dev", "--http-addr", "127.0.0.1:0", "--raft-addr", freeport.Addr(), "--data-dir", t.TempDir())
+	cfg, _, err := agentConfig(f, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("agent -dev -http-addr 127.0.0.1:0 with %s taken: %v", devEtcdAddr, err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Close(ctx)
+	}()
+	if a.EtcdAddr() == "" || a.EtcdAddr() == a.HTTPAddr() || a.EtcdAddr() == devEtcdAddr {
+		t.Fatalf("etcd API on %q, HTTP on %q: want two free ports, neither %s", a.EtcdAddr(), a.HTTPAddr(), devEtcdAddr)
+	}
+}
+
+// parseAgentFlags is `keel agent ARGS`' flags, defaults included.
+func parseAgentFlags(t *testing.T, args ...string) agentFlags {
+	t.Helper()
+	var f agentFlags
+	fl := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	f.register(fl)
+	if err := fl.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

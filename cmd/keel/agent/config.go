@@ -104,7 +104,8 @@ func (c Config) Validate() error {
 	if c.HTTPAddr == "" {
 		return errors.New("agent: http address is required")
 	}
-	if c.EtcdAddr != "" && c.EtcdAddr == c.HTTPAddr {
+	// Two requests for any free port (":0") get two ports: only a fixed one can clash.
+	if c.EtcdAddr != "" && c.EtcdAddr == c.HTTPAddr && !strings.HasSuffix(c.EtcdAddr, ":0") {
 		return fmt.Errorf("agent: etcd address %s is the HTTP address: each needs its own port", c.EtcdAddr)
 	}
 	if c.BootstrapExpect < 0 {
