@@ -74,8 +74,17 @@ func newClientOf(addrs []string, o client.Options) (*client.Client, error) {
 		return nil, err
 	}
 	o.TLS, o.Token = tlsCfg, global.token
+	if o.NoLeaderBudget == 0 {
+		o.NoLeaderBudget = cliNoLeaderBudget
+	}
 	return client.New(addrs, o)
 }
+
+// cliNoLeaderBudget is how long a command goes on once a node answered 503 NoLeader:
+// the server's Retry-After (kv.Config.RetryAfter, 1 s). One more try then rides out
+// an election that is ending; a cluster without quorum fails in about 2 s, not after
+// every retry (12.9 s, issue #38).
+const cliNoLeaderBudget = time.Second
 
 // withTimeout is the context of one client command.
 func withTimeout(cmd *cobra.Command) (context.Context, context.CancelFunc) {

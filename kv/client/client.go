@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -37,6 +38,14 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between retries
 	// (defaults 25ms and 1s).
 	MinBackoff, MaxBackoff time.Duration
+	// NoLeaderBudget bounds how long a request goes on once a node answered 503
+	// NoLeader (it waited for a leader for a moment, raft.Config.LeaderWait, and saw
+	// none): other nodes are tried, and the request again after the server's
+	// Retry-After, until this long after that first answer; then the request fails
+	// with the NoLeader answer (not with a later node's refused connection). 0: no
+	// bound but MaxRetries, which rides out a long election; the CLI uses one second,
+	// the server's Retry-After, so that a cluster without quorum fails fast.
+	NoLeaderBudget time.Duration
 	// Stream sends single-key Get, Put and Delete (CAS included) and every Watch over
 	// the stream protocol: one binary connection per node with many requests and
 	// watches in flight, much cheaper per request and per watch than HTTP for both
@@ -154,8 +163,10 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 // (at least the server's Retry-After, as one reports it), up to MaxRetries times.
 // A 503 NoLeader moves on at once, without backing off, while some node has not
 // answered NoLeader in a row: the node is cut off from the leader, the next may not be.
+// NoLeaderBudget ends it early (noLeaderBudget).
 func (c *Client) retry(ctx context.Context, write bool, one func(base string) (retryAfter time.Duration, err error)) error {
 	noLeader := 0 // NoLeader answers in a row since the last backoff
+	var nb noLeaderBudget
 	for attempt := 0; ; attempt++ {
 		idx := int(c.cur.Load()) % len(c.addrs)
 		retryAfter, err := one(c.addrs[idx])
@@ -169,19 +180,56 @@ func (c *Client) retry(ctx context.Context, write bool, one func(base string) (r
 				// loop, say) waiting on it.
 				c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))
 			}
-			return err
+			return nb.final(err)
 		}
 		c.cur.CompareAndSwap(uint32(idx), uint32((idx+1)%len(c.addrs)))
+		left, spent := nb.observe(err, c.opts.NoLeaderBudget)
+		if spent {
+			return nb.final(err)
+		}
 		if isNoLeader(err) {
 			if noLeader++; noLeader < len(c.addrs) {
 				continue
 			}
 		}
 		noLeader = 0
-		if serr := sleep(ctx, c.backoff(attempt, retryAfter)); serr != nil {
+		if serr := sleep(ctx, min(c.backoff(attempt, retryAfter), left)); serr != nil {
 			return fmt.Errorf("client: gave up: %w; last attempt: %w", serr, err)
 		}
 	}
+}
+
+// noLeaderBudget is one request's Options.NoLeaderBudget: the first 503 NoLeader
+// answer starts it, and the request ends with that answer when it is spent.
+type noLeaderBudget struct {
+	err error     // the last NoLeader answer; nil before the first
+	end time.Time // when the budget is spent; zero: no budget
+}
+
+// observe records err and reports the time left before the budget is spent (the
+// longest wait before the next attempt), and whether it is spent already.
+func (b *noLeaderBudget) observe(err error, budget time.Duration) (left time.Duration, spent bool) {
+	if isNoLeader(err) {
+		if b.err == nil && budget > 0 {
+			b.end = time.Now().Add(budget)
+		}
+		b.err = err
+	}
+	if b.end.IsZero() {
+		return time.Duration(math.MaxInt64), false
+	}
+	left = time.Until(b.end)
+	return left, left <= 0
+}
+
+// final is the error a request ends with: when the budget ran and err is node
+// trouble too, a node's NoLeader answer (what the cluster said, rather than a dead
+// node's refused connection); else err.
+func (b *noLeaderBudget) final(err error) error {
+	if b.err != nil && !b.end.IsZero() && nodeTrouble(err) {
+		return b.err
+	}
+	return err
 }
 
 // attempt sends cl once to the node at base.

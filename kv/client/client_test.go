@@ -356,6 +356,35 @@ func TestNoLeaderMovesOnAtOnce(t *testing.T) {
 	ok.store.FailNext(0, nil)
 }
 
+// TestNoLeaderBudget: with NoLeaderBudget, a request that met 503 NoLeader goes on
+// for that long (other nodes, one retry after the server's 1 s Retry-After here) and
+// then fails with the NoLeader answer — not with a dead node's refused connection,
+// and not after every one of MaxRetries backoffs.
+func TestNoLeaderBudget(t *testing.T) {
+	cut := newFixture(t)
+	cut.store.FailNext(1<<30, raft.ErrNoLeader)
+	defer cut.store.FailNext(0, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	c, err := client.New([]string{cut.url, dead}, client.Options{MaxRetries: 20, NoLeaderBudget: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Get(context.Background(), "k")
+	var e *client.Error
+	if !errors.As(err, &e) || e.Reason != api.ReasonNoLeader {
+		t.Errorf("Get with one node cut off and one dead = %v, want the NoLeader answer", err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond || d > 3*time.Second {
+		t.Errorf("Get gave up after %v, want about the 1 s budget", d)
+	}
+}
+
 // TestRetryConnectionRefused: a dead node is skipped, writes included (connection
 // refused: nothing was sent), over HTTP and over the stream protocol.
 func TestRetryConnectionRefused(t *testing.T) {
