@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/term"
 
 	"github.com/keel-kv/keel/kv/client"
 )
@@ -141,6 +143,13 @@ func explain(err error) error {
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isTerminal reports whether w is a terminal: only then do live views move the cursor
+// or clear the screen (a pipe or a file gets plain frames).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // childExit is the exit status of a command run by `keel lock`: keel exits with it.

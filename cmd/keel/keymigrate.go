@@ -197,16 +197,6 @@ func phaseLaggards(st *api.KeyMigrationStatus) string {
 	return "waiting for " + strings.Join(lag, ", ")
 }
 
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // whoAmI is USER@HOST, for the transition record.
 func whoAmI() string {
 	name := "unknown"

@@ -155,12 +155,7 @@ func watchMigrations(cmd *cobra.Command) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
 	w := cmd.OutOrStdout()
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
+	tty := isTerminal(w)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	drawn := 0

@@ -33,7 +33,9 @@ role, gossip health, release, applied index and lag; each node's writes per seco
 revision and the compaction point; and a progress bar per storage-version migration.
 It fits an 80-column terminal. Each node's /metrics is read with the same CA,
 certificate, key and token as every other command. With -o json (or yaml) each frame
-is one JSON object per line (a YAML list item), and the screen is not cleared.`,
+is one JSON object per line (a YAML list item), and the screen is not cleared; nor is
+it when the output is not a terminal (a pipe, a file): frames follow each other,
+separated by a blank line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newClient()
@@ -46,7 +48,8 @@ is one JSON object per line (a YAML list item), and the screen is not cleared.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			return runTop(ctx, c, scrapeOpts, cmd.OutOrStdout(), once)
+			w := cmd.OutOrStdout()
+			return runTop(ctx, c, scrapeOpts, w, topMode{once: once, redraw: !once && isTerminal(w)})
 		},
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "draw one frame (after one second of measuring) and exit")
@@ -156,18 +159,22 @@ func shortDuration(d time.Duration) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
 
-// runTop redraws a frame every second until ctx is done (once: one frame).
-func runTop(ctx context.Context, c *client.Client, scrapeOpts client.Options, w io.Writer, once bool) error {
+// topMode is how `keel top` draws: once (one frame, then exit), and redraw (each
+// frame replaces the last on a terminal; elsewhere frames follow each other).
+type topMode struct{ once, redraw bool }
+
+// runTop draws a frame every second until ctx is done (once: one frame).
+func runTop(ctx context.Context, c *client.Client, scrapeOpts client.Options, w io.Writer, mode topMode) error {
 	prev := map[string]scrape{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for first := true; ; first = false {
+	for frame := 0; ; frame++ {
 		f := collectTop(ctx, c, scrapeOpts, prev)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !first || !once {
-			if err := drawTop(w, f, once); err != nil || once {
+		if frame > 0 || !mode.once { // once: the first frame has no rates yet
+			if err := drawTop(w, f, mode, frame > 0); err != nil || mode.once {
 				return err
 			}
 		}
@@ -179,22 +186,26 @@ func runTop(ctx context.Context, c *client.Client, scrapeOpts client.Options, w 
 	}
 }
 
-// drawTop writes one frame: a redrawn screen, or with -o json/yaml one record.
-func drawTop(w io.Writer, f topFrame, once bool) error {
+// drawTop writes one frame: a redrawn screen, a plain snapshot (after a blank line
+// unless it is the first), or with -o json/yaml one record.
+func drawTop(w io.Writer, f topFrame, mode topMode, drawnBefore bool) error {
 	if structured() {
 		err := printValueLine(w, topRecord(f))
-		if once {
+		if mode.once {
 			return errors.Join(err, f.Err)
 		}
 		return err
 	}
 	var b bytes.Buffer
-	if !once {
+	switch {
+	case mode.redraw:
 		b.WriteString("\x1b[H\x1b[2J") // home, clear
+	case drawnBefore && !mode.once:
+		b.WriteString("\n")
 	}
 	renderTop(&b, f)
 	_, err := w.Write(b.Bytes())
-	if once {
+	if mode.once {
 		return errors.Join(err, f.Err)
 	}
 	return err

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
 )
 
@@ -88,5 +90,29 @@ keel_http_request_duration_seconds_bucket{method="GET",route="GET /metrics",le="
 	// shown as the largest finite bound.
 	if r.P99 != 5*time.Millisecond {
 		t.Errorf("p99 = %v, want 5ms", r.P99)
+	}
+}
+
+// TestTopWithoutTerminal: `keel top` into a pipe or a file writes plain frames one
+// after the other, separated by a blank line — no cursor or clear-screen escapes.
+func TestTopWithoutTerminal(t *testing.T) {
+	addr := startCLINode(t, kv.ACLAllow)
+	cliUntil(t, "put", "-addr", addr, "k", "v")
+	root := newCLI()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(normalizeArgs(root, []string{"top", "-addr", addr}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if strings.Contains(got, "\x1b") {
+		t.Errorf("keel top into a buffer wrote escapes:\n%q", got)
+	}
+	if n := strings.Count(got, "\n\nkeel top  "); n < 1 || !strings.HasPrefix(got, "keel top  ") {
+		t.Errorf("keel top into a buffer: want frames separated by a blank line, got:\n%s", got)
 	}
 }
