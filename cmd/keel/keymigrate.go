@@ -135,17 +135,18 @@ func newKeyStepCmd(step string) *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: phase %d (%s)\n", rec.Name, rec.Phase, phaseNames[rec.Phase])
-			if step != "advance" || !(wait || (!cmd.Flags().Changed("wait") && isTerminal(cmd.OutOrStdout()))) {
+			if step != "advance" || !wait {
 				return nil
 			}
 			return waitAdvanced(cmd, c, rec, waitFor)
 		},
 	}
 	if step == "advance" {
+		cmd.Use = step + " NAME [--to N]"
 		cmd.Short = "Move a key migration one phase forward (refused, exit status 3, unless the cluster agrees)"
-		cmd.Flags().IntVar(&to, "to", 0, "the target phase: must be the next one")
-		cmd.Flags().BoolVar(&wait, "wait", false, "after the step, wait until every member applies the new phase, "+
-			"so the next advance is not refused (default: on when stdout is a terminal)")
+		cmd.Flags().IntVar(&to, "to", 0, "the target phase, checked to be the next one (default: the next one)")
+		cmd.Flags().BoolVar(&wait, "wait", true, "after the step, wait until every member applies the new phase, "+
+			"so that the next advance is not refused; --wait=false returns once the step is taken, in scripts too")
 		cmd.Flags().DurationVar(&waitFor, "wait-timeout", time.Minute, "how long --wait waits at most")
 	} else {
 		cmd.Short = "Move a key migration back to phase N (from 4 after copying the new keys back)"

@@ -11,10 +11,11 @@ import (
 	"github.com/keel-kv/keel/kv/client"
 )
 
-// TestKeyMigrateAdvanceWait: on a 3-node dev cluster with gossip, `keymigrate advance
-// --wait` returns once every member applies the new phase, so the next advance, right
-// after, is taken (without --wait it is refused for a moment: "node n2 applies phase
-// 0, not the current phase 1 yet"). Four steps back to back, 0 → 4.
+// TestKeyMigrateAdvanceWait: on a 3-node dev cluster with gossip, `keymigrate advance`
+// returns once every member applies the new phase — by default, and without a
+// terminal too (a script's next step was refused, 409: "node n2 applies phase 0, not
+// the current phase 1 yet") — so the next advance, right after, is taken. Four steps
+// back to back, 0 → 4, two of them with --wait said.
 //
 // Kills: an advance that returns as soon as the phase record is written.
 func TestKeyMigrateAdvanceWait(t *testing.T) {
@@ -57,13 +58,30 @@ func TestKeyMigrateAdvanceWait(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for to := 1; to <= 4; to++ {
-		out, err := runKeel(t, t.TempDir(), "--addr", addr, "keymigrate", "advance", "widgets-v2-keys", "--wait",
-			"--wait-timeout", "30s")
+		args := []string{"--addr", addr, "keymigrate", "advance", "widgets-v2-keys", "--wait-timeout", "30s"}
+		if to > 2 {
+			args = append(args, "--wait")
+		}
+		out, err := runKeel(t, t.TempDir(), args...)
 		if err != nil {
 			t.Fatalf("advance to %d: %v\n%s", to, err, out)
 		}
 		if want := fmt.Sprintf("every member applies phase %d", to); !strings.Contains(out, want) {
 			t.Fatalf("advance to %d printed %q, want %q", to, out, want)
+		}
+	}
+}
+
+// TestKeyMigrateStepHelp: advance's --to is optional (the next phase), rollback's is
+// required, and the usage lines say so.
+func TestKeyMigrateStepHelp(t *testing.T) {
+	for _, c := range []struct{ step, want string }{
+		{"advance", "keymigrate advance NAME [--to N]"},
+		{"rollback", "keymigrate rollback NAME --to N"},
+	} {
+		out, err := runCLI(t, "keymigrate", c.step, "--help")
+		if err != nil || !strings.Contains(out, c.want) {
+			t.Errorf("keymigrate %s --help = %v, want the usage %q in:\n%s", c.step, err, c.want, out)
 		}
 	}
 }
