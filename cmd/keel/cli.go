@@ -134,10 +134,21 @@ func explain(err error) error {
 		return err
 	}
 	if isDialError(err) {
-		return fmt.Errorf("%w\n  no keel node answered at %s: start one (make run), or give its address with -addr or KEEL_ADDR (default 127.0.0.1:%s)",
-			err, global.addr, defaultPort)
+		return fmt.Errorf("%w\n  no keel node answered at %s: %s", err, global.addr, dialHint())
 	}
 	return err
+}
+
+// dialHint is what to do when no node answered. Starting a dev node (make run) is
+// the answer only for a dev setup: plain text, no token; against a secured cluster it
+// would mislead, so the hint says to check the node and the address.
+func dialHint() string {
+	secured := global.caFile != "" || global.token != "" || strings.Contains(global.addr, "https://")
+	if secured {
+		return "is the node running? give the address of a live one with -addr or KEEL_ADDR (keel members lists them)"
+	}
+	return fmt.Sprintf("start one (make run, or keel agent -dev), or give its address with -addr or KEEL_ADDR (default 127.0.0.1:%s)",
+		defaultPort)
 }
 
 func isDialError(err error) bool {

@@ -182,3 +182,29 @@ func TestConfirmRestore(t *testing.T) {
 		t.Error("terminal, empty answer: restored")
 	}
 }
+
+// TestDialHintFitsTheCluster: when no node answers, "start one (make run)" is the
+// hint for a dev setup only; against a secured cluster (https, a token) the hint says
+// to check the node and the address instead.
+func TestDialHintFitsTheCluster(t *testing.T) {
+	t.Setenv("KEEL_TOKEN", "")
+	dead := freeport.Addr()
+	for _, tc := range []struct {
+		args    []string
+		makeRun bool
+		mustSay string
+	}{
+		{[]string{"get", "-addr", dead, "k"}, true, "KEEL_ADDR"},
+		{[]string{"get", "-addr", "https://" + dead, "k"}, false, "is the node running?"},
+		{[]string{"get", "-addr", dead, "-token", "s3cret", "k"}, false, "is the node running?"},
+	} {
+		_, err := runCLI(t, append(tc.args, "-timeout", "3s")...)
+		if err == nil {
+			t.Fatalf("%v: no error", tc.args)
+		}
+		line := errorLine(explain(err))
+		if strings.Contains(line, "make run") != tc.makeRun || !strings.Contains(line, tc.mustSay) {
+			t.Errorf("%v: %q: want make run mentioned = %v, and %q", tc.args, line, tc.makeRun, tc.mustSay)
+		}
+	}
+}
