@@ -81,6 +81,7 @@ func (a *Agent) MembersInfo(ctx context.Context) []MemberInfo {
 			applied, err = a.node.PeerAppliedIndex(pctx, r.RaftAddr)
 		}
 		cancel()
+		r.Leader = r.Leader && stillLeading(r.Gossip, err)
 		if err != nil {
 			continue
 		}
@@ -94,6 +95,18 @@ func (a *Agent) MembersInfo(ctx context.Context) []MemberInfo {
 		out = append(out, *rows[id])
 	}
 	return out
+}
+
+// stillLeading says whether a member this node's Raft still names leader may be shown
+// as such: not when gossip has declared it dead or gone, nor when it did not answer
+// the applied-index probe just now. Raft forgets a dead leader only after the heartbeat
+// timeout (1 s), so `keel members` showed a killed leader as LEADER true meanwhile.
+func stillLeading(gossip string, probeErr error) bool {
+	switch gossip {
+	case "dead", "left":
+		return false
+	}
+	return probeErr == nil
 }
 
 func (a *Agent) handleMembers(w http.ResponseWriter, r *http.Request) {
