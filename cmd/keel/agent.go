@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -114,18 +115,50 @@ func newAgentCmd() *cobra.Command {
 where TLS="-ca-file keel-ca.pem -cert-file n1.pem -key-file n1-key.pem" (see keel tls).
 Outside -dev a node refuses to run without TLS unless -insecure says so.
 
+Every flag can also come from the environment: KEEL_ and its name in capitals, - as _
+(KEEL_DATA_DIR=/data, KEEL_BOOTSTRAP_EXPECT=3, KEEL_JOIN=n1:7372,n2:7372); the command
+line wins. The container image and the systemd unit in deploy/ are configured so.
+
 With gossip (-gossip-addr, or -bootstrap-expect), -join and -retry-join name gossip
 addresses, and one command line serves first start, restart and scale-out:
 
   keel agent -data-dir D -gossip-addr 127.0.0.1:7372 -bootstrap-expect 3 -join 127.0.0.1:7382,127.0.0.1:7392 $TLS -encrypt KEY`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := agentFlagsFromEnv(cmd.LocalFlags(), os.LookupEnv); err != nil {
+				return err
+			}
 			f.verifyClientsSet = cmd.Flags().Changed("verify-clients")
 			return runAgent(cmd.Context(), f)
 		},
 	}
 	f.register(cmd.Flags())
 	return cmd
+}
+
+// agentFlagsFromEnv gives each agent flag not on the command line the value of its
+// environment variable, if set: KEEL_ and the flag's name in capitals with _ for -
+// (KEEL_DATA_DIR, KEEL_BOOTSTRAP_EXPECT, KEEL_JOIN=a,b), as etcd reads ETCD_*. A
+// container or a systemd unit configures a node this way; the command line wins.
+func agentFlagsFromEnv(fl *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fl.VisitAll(func(fv *pflag.Flag) {
+		if fv.Changed || fv.Hidden {
+			return
+		}
+		env := agentFlagEnv(fv.Name)
+		if v, ok := lookup(env); ok {
+			if err := fl.Set(fv.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q (for -%s): %w", env, v, fv.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// agentFlagEnv is the environment variable of agent flag name.
+func agentFlagEnv(name string) string {
+	return "KEEL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // register binds f to the agent's flags, with their defaults.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +82,34 @@ func parseAgentFlags(t *testing.T, args ...string) agentFlags {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestAgentFlagsFromEnv: every agent flag can come from KEEL_<NAME> (how the container
+// image and the systemd unit configure a node); the command line wins, and a bad value
+// names its variable.
+func TestAgentFlagsFromEnv(t *testing.T) {
+	env := map[string]string{"KEEL_DATA_DIR": "/data", "KEEL_HTTP_ADDR": "0.0.0.0:7370", "KEEL_JOIN": "a:1,b:2",
+		"KEEL_BOOTSTRAP_EXPECT": "3", "KEEL_INSECURE": "true", "KEEL_RAFT_ADDR": "0.0.0.0:7371"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	var f agentFlags
+	fl := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	f.register(fl)
+	if err := fl.Parse([]string{"--raft-addr", "10.0.0.1:7371"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentFlagsFromEnv(fl, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if f.dataDir != "/data" || f.httpAddr != "0.0.0.0:7370" || len(f.join) != 2 || f.bootstrapExpect != 3 || !f.insecure {
+		t.Errorf("from the environment: %+v", f)
+	}
+	if f.raftAddr != "10.0.0.1:7371" {
+		t.Errorf("raft addr = %q, want the command line's over KEEL_RAFT_ADDR", f.raftAddr)
+	}
+	env = map[string]string{"KEEL_BOOTSTRAP_EXPECT": "three"}
+	fl = pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	f.register(fl)
+	if err := agentFlagsFromEnv(fl, lookup); err == nil || !strings.Contains(err.Error(), "KEEL_BOOTSTRAP_EXPECT") {
+		t.Errorf("a bad value = %v, want an error naming KEEL_BOOTSTRAP_EXPECT", err)
+	}
 }
