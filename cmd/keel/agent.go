@@ -147,7 +147,7 @@ func agentFlagsFromEnv(fl *pflag.FlagSet, lookup func(string) (string, bool)) er
 			return
 		}
 		env := agentFlagEnv(fv.Name)
-		if v, ok := lookup(env); ok {
+		if v, ok := lookup(env); ok && v != "" { // set but empty: unset, as etcd has it
 			if err := fl.Set(fv.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q (for -%s): %w", env, v, fv.Name, err))
 			}

@@ -208,3 +208,20 @@ func TestDialHintFitsTheCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestHealth: `keel health` exits 0 for a live node and 1 for none, at once (one
+// request, no retry: a health check's timeout is short); --ready lists the checks.
+func TestHealth(t *testing.T) {
+	addr := startCLINode(t, kv.ACLDeny) // health needs no token
+	if out, err := runCLI(t, "health", "-addr", addr); err != nil || !strings.Contains(out, "live") {
+		t.Errorf("health of a live node = %v, %q", err, out)
+	}
+	out := cliUntil(t, "health", "-addr", addr, "--ready")
+	if !strings.Contains(out, "[+]leader ok") {
+		t.Errorf("health --ready = %q, want the checks", out)
+	}
+	start := time.Now()
+	if _, err := runCLI(t, "health", "-addr", freeport.Addr()); err == nil || exitCode(err) != 1 || time.Since(start) > time.Second {
+		t.Errorf("health of no node = %v (exit %d) after %v, want exit 1 at once", err, exitCode(err), time.Since(start))
+	}
+}

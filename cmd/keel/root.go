@@ -49,7 +49,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentCmd(), newGetCmd(), newPutCmd(), newDelCmd(), newTxnCmd(),
 		newCompactCmd(), newStatusCmd(), newWatchCmd(), newDevCmd(), newTopCmd(), newLeaseCmd(), newLockCmd())
 	root.AddCommand(newLeaveCmd(), newMembersCmd(), newRemovePeerCmd(), newTransferLeaderCmd(), newRebuildCmd(),
-		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd(), newACLCmd(), newDocsCmd())
+		newSnapshotCmd(), newVersionsCmd(), newMigrateCmd(), newKeyMigrateCmd(), newUpgradeCmd(), newVersionCmd(), newSchemaCmd(), newTLSCmd(), newACLCmd(), newDocsCmd(), newHealthCmd())
 	return root
 }
 

@@ -171,6 +171,9 @@ func TestEveryCommandHonoursTLSAndToken(t *testing.T) {
 		{"acl token self", []string{"acl", "token", "self"}, nil},
 		{"acl token delete", []string{"acl", "token", "delete", "nosuch"}, nil},
 		{"acl policy delete", []string{"acl", "policy", "delete", "p"}, nil},
+		{"health", []string{"health", "--ready"}, func(out string, err error) bool {
+			return err == nil && strings.Contains(out, "readyz check passed")
+		}},
 		{"remove-peer", []string{"remove-peer", "nosuch"}, nil},
 		{"transfer-leader", []string{"transfer-leader"}, nil},
 		{"leave", []string{"leave"}, nil}, // last: the node stops

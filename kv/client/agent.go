@@ -158,3 +158,21 @@ func (c *Client) ApplySchema(ctx context.Context, name string, yaml []byte, forc
 		ctype: "application/yaml", write: true}, &out)
 	return out, err
 }
+
+// Health asks the first node (one request, no retry) whether it is live (GET /livez:
+// the process serves) or, with ready, ready (GET /readyz?verbose: a leader is known
+// and the node can serve; the answer lists each check). It returns the answer's body;
+// the error is an *Error for any status but 200.
+func (c *Client) Health(ctx context.Context, ready bool) (string, error) {
+	path := api.PathLive
+	if ready {
+		path = api.PathReady + "?verbose"
+	}
+	resp, _, err := c.send(ctx, c.addrs[0], http.MethodGet, path, nil, "")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return string(b), err
+}
