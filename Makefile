@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver
+.PHONY: image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -131,9 +131,18 @@ test-patroni: build
 chaos-soak: build
 	KEEL_BIN=$(CURDIR)/$(BIN) KEEL_SOAK_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -tags chaos ./chaos/ -run TestSoak -v
 
-# A FROM-scratch image of the static binary (no image is pulled).
+# A FROM-scratch image of the static binary (no image is pulled); bin/image-root is
+# what the image holds besides the binary (an empty /data, 0700, for the volume).
 image: build
+	rm -rf bin/image-root && mkdir -p bin/image-root/data && chmod 700 bin/image-root/data
 	docker build -t keel:$(VERSION) -t keel:dev -f Dockerfile .
+
+# The image built and run (needs Docker; skipped with a message without it, failing
+# instead with KEEL_IMAGE_STRICT=1): the default refuses plain text, a TLS node and a
+# -dev node start as user 65532, turn healthy, and answer on the HTTP and etcd ports
+# published on loopback (cmd/keel/image_test.go).
+image-test: image
+	KEEL_IMAGE=keel:dev KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -tags image -run '^TestImage' ./cmd/keel/ -v
 
 # Build an older release from git into bin/keel-<REF> (a temporary worktree, removed
 # after): `make old-release REF=85d08eb`. Fails loudly when REF is not in this clone.

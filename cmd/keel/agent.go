@@ -386,6 +386,7 @@ func etcdAddr(f agentFlags, log hclog.Logger) string {
 var errNoTLS = errors.New("agent: no TLS configured, and keel does not run a cluster node in plain text by default.\n" +
 	"  Secure (recommended): keel tls ca create && keel tls cert create -node ID, then\n" +
 	"    keel agent -ca-file keel-ca.pem -cert-file ID.pem -key-file ID-key.pem ...\n" +
+	"    (in a container: KEEL_CA_FILE, KEEL_CERT_FILE, KEEL_KEY_FILE; see deploy/README.md)\n" +
 	"  Or accept that anyone who reaches the ports can read and change everything: add -insecure\n" +
 	"  (keel agent -dev needs neither)")
 
