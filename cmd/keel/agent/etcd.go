@@ -42,20 +42,14 @@ func (a *Agent) EtcdAddr() string {
 // listener's address, its host replaced by the Raft advertise host when it listens
 // on every interface.
 func (a *Agent) etcdClientURL() string {
-	host, port, err := net.SplitHostPort(a.EtcdAddr())
-	if err != nil {
+	if _, _, err := net.SplitHostPort(a.EtcdAddr()); err != nil {
 		return ""
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		if rh, _, err := net.SplitHostPort(a.RaftAddr()); err == nil {
-			host = rh
-		}
 	}
 	scheme := "http://"
 	if a.TLSEnabled() {
 		scheme = "https://"
 	}
-	return scheme + net.JoinHostPort(host, port)
+	return scheme + reachableAddr(a.EtcdAddr(), a.RaftAddr())
 }
 
 // publishEtcdURLLoop writes this node's etcd client URL to its record

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,7 +88,7 @@ func (a *Agent) startGossip(ctx context.Context) error {
 		gcfg.Logger = a.log
 	}
 	meta := membership.Meta{
-		NodeID: a.cfg.NodeID, RaftAddr: a.node.Addr(), HTTPAddr: a.HTTPAddr(), Release: buildinfo.Version(),
+		NodeID: a.cfg.NodeID, RaftAddr: a.node.Addr(), HTTPAddr: reachableAddr(a.HTTPAddr(), a.node.Addr()), Release: buildinfo.Version(),
 		MinCommandFormat: int(fsm.MinCommandFormat), MaxCommandFormat: int(fsm.MaxCommandFormat),
 		ClusterLabel: gcfg.ClusterLabel, BootstrapExpect: a.cfg.BootstrapExpect, HasRaftState: a.node.HasState(), Rejoining: a.node.Rejoining(),
 		Incarnation: a.incarnation, StorageVersions: gossipStorageVersions(a.cfg.Schema),
@@ -407,4 +408,21 @@ func (a *Agent) Members() []membership.Member {
 		return nil
 	}
 	return a.gossip.ml.Members()
+}
+
+// reachableAddr is listen as other machines reach it: when it listens on every
+// interface (0.0.0.0, [::]), the host of the Raft advertise address, which is
+// reachable by definition, with listen's port. Members announce their HTTP address so
+// (keel members, keel top's scrapes); "[::]:7370" reached nobody.
+func reachableAddr(listen, raftAdvertise string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if rh, _, err := net.SplitHostPort(raftAdvertise); err == nil {
+			return net.JoinHostPort(rh, port)
+		}
+	}
+	return listen
 }

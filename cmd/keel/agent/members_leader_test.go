@@ -27,3 +27,19 @@ func TestStillLeading(t *testing.T) {
 		}
 	}
 }
+
+// TestReachableAddr: a member listening on every interface announces the host of its
+// Raft advertise address (a container's 0.0.0.0:7370 as n1:7370), anything else as is.
+func TestReachableAddr(t *testing.T) {
+	for i, tc := range []struct{ listen, raft, want string }{
+		{"0.0.0.0:7370", "n1:7371", "n1:7370"},
+		{"[::]:7370", "10.0.0.1:7371", "10.0.0.1:7370"},
+		{"[::]:2379", "[fd00::1]:7371", "[fd00::1]:2379"},
+		{"127.0.0.1:7370", "n1:7371", "127.0.0.1:7370"},
+		{"10.0.0.2:7370", "10.0.0.1:7371", "10.0.0.2:7370"},
+	} {
+		if got := reachableAddr(tc.listen, tc.raft); got != tc.want {
+			t.Errorf("#%d: reachableAddr(%q, %q) = %q, want %q", i, tc.listen, tc.raft, got, tc.want)
+		}
+	}
+}
