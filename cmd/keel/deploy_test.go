@@ -5,9 +5,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // The deploy/ files and the Dockerfile, checked without running them: what each must
@@ -100,6 +103,47 @@ func TestDockerfile(t *testing.T) {
 	for _, l := range strings.Split(df, "\n") {
 		if !strings.HasPrefix(l, "#") && (strings.Contains(l, "-dev") || strings.Contains(l, "-insecure")) {
 			t.Errorf("Dockerfile: %q: -dev and -insecure only when asked", l)
+		}
+	}
+}
+
+// TestComposeFile: deploy/compose/compose.yaml is three nodes, each with its own
+// certificate, Raft advertise name and data volume, gossip encrypted, TLS on, and
+// every published port on loopback only. (make image-test runs it.)
+func TestComposeFile(t *testing.T) {
+	var f struct {
+		Services map[string]struct {
+			Hostname    string            `yaml:"hostname"`
+			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
+			Ports       []string          `yaml:"ports"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "deploy/compose/compose.yaml")), &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Services) != 3 {
+		t.Fatalf("%d services, want 3", len(f.Services))
+	}
+	for name, s := range f.Services {
+		env := s.Environment
+		for k, want := range map[string]string{"KEEL_ADVERTISE": name + ":7371", "KEEL_CERT_FILE": "/etc/keel/tls/" + name + ".pem",
+			"KEEL_KEY_FILE": "/etc/keel/tls/" + name + "-key.pem", "KEEL_CA_FILE": "/etc/keel/tls/keel-ca.pem",
+			"KEEL_BOOTSTRAP_EXPECT": "3"} {
+			if env[k] != want {
+				t.Errorf("%s: %s = %q, want %q", name, k, env[k], want)
+			}
+		}
+		if env["KEEL_ENCRYPT"] == "" || env["KEEL_INSECURE"] != "" || s.Hostname != name {
+			t.Errorf("%s: want gossip encrypted, no -insecure, hostname %s: %+v", name, name, s)
+		}
+		if !slices.Contains(s.Volumes, name+"-data:/data") {
+			t.Errorf("%s: volumes %v, want %s-data:/data", name, s.Volumes, name)
+		}
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s: port %q is published beyond loopback", name, p)
+			}
 		}
 	}
 }

@@ -169,3 +169,85 @@ func TestImageTLS(t *testing.T) {
 	}
 	etcdRange(t, etcdAddr, credentials.NewTLS(cfg.Clone()), true) // ACLs deny until bootstrap
 }
+
+// composeCmd is Docker's compose command here: the plugin, or docker-compose.
+func composeCmd() ([]string, bool) {
+	if exec.Command("docker", "compose", "version").Run() == nil {
+		return []string{"docker", "compose"}, true
+	}
+	if p, err := exec.LookPath("docker-compose"); err == nil {
+		return []string{p}, true
+	}
+	return nil, false
+}
+
+// TestImageCompose: deploy/compose as its header says — certs.sh, up, ACL bootstrap
+// over mutual TLS — gives three healthy members that announce reachable addresses,
+// replicate a write, and serve the etcd port (ports 4170-4379 on loopback must be free).
+func TestImageCompose(t *testing.T) {
+	img := imageOrSkip(t)
+	compose, ok := composeCmd()
+	if !ok {
+		t.Skip("neither docker compose nor docker-compose is installed (Debian package: docker-compose)")
+	}
+	bin := os.Getenv("KEEL_BIN")
+	if bin == "" {
+		t.Skip("KEEL_BIN is not set (make image-test sets it)")
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"compose.yaml", "certs.sh"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "compose", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, f), b, 0o755)
+	}
+	run := func(name string, args []string, env ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("sh", []string{"certs.sh"}, "KEEL="+bin)
+	project := []string{"-p", "keel-compose-test", "-f", "compose.yaml"}
+	up := append(append(compose[1:], project...), "up", "-d")
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command(compose[0], append(append(compose[1:], project...), "logs", "--tail", "30")...).CombinedOutput()
+			t.Logf("compose logs:\n%s", out)
+		}
+		down := exec.Command(compose[0], append(append(compose[1:], project...), "down", "-v")...)
+		down.Dir = dir
+		down.Run()
+	})
+	run(compose[0], up, "KEEL_IMAGE="+img)
+	tls := filepath.Join(dir, "tls")
+	t.Setenv("KEEL_CA_FILE", filepath.Join(tls, "keel-ca.pem"))
+	t.Setenv("KEEL_CERT_FILE", filepath.Join(tls, "ops.pem"))
+	t.Setenv("KEEL_KEY_FILE", filepath.Join(tls, "ops-key.pem"))
+	t.Setenv("KEEL_TOKEN", "")
+	for _, port := range []string{"4170", "4270", "4370"} {
+		cliUntil(t, "health", "-addr", "https://127.0.0.1:"+port, "--ready")
+	}
+	out := cliUntil(t, "acl", "bootstrap", "-addr", "https://127.0.0.1:4170")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	t.Setenv("KEEL_TOKEN", lines[len(lines)-1])
+	members := cliUntil(t, "members", "-addr", "https://127.0.0.1:4170")
+	for _, want := range []string{"n1:7370", "n2:7370", "n3:7370"} {
+		if !strings.Contains(members, want) {
+			t.Errorf("members lacks the reachable HTTP address %s:\n%s", want, members)
+		}
+	}
+	cliUntil(t, "put", "-addr", "https://127.0.0.1:4370", "greeting", "hello")
+	if got := cliUntil(t, "get", "-addr", "https://127.0.0.1:4270", "greeting"); strings.TrimSpace(got) != "hello" {
+		t.Errorf("get on n2 = %q, want hello", got)
+	}
+	global.caFile, global.certFile, global.keyFile = os.Getenv("KEEL_CA_FILE"), os.Getenv("KEEL_CERT_FILE"), os.Getenv("KEEL_KEY_FILE")
+	cfg, err := clientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdRange(t, "127.0.0.1:4179", credentials.NewTLS(cfg), true)
+}
