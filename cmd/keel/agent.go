@@ -118,6 +118,8 @@ Outside -dev a node refuses to run without TLS unless -insecure says so.
 Every flag can also come from the environment: KEEL_ and its name in capitals, - as _
 (KEEL_DATA_DIR=/data, KEEL_BOOTSTRAP_EXPECT=3, KEEL_JOIN=n1:7372,n2:7372); the command
 line wins. The container image and the systemd unit in deploy/ are configured so.
+KEEL_CA_FILE, KEEL_CERT_FILE and KEEL_KEY_FILE, which the CLI reads too, are ignored
+by -dev and -insecure nodes.
 
 With gossip (-gossip-addr, or -bootstrap-expect), -join and -retry-join name gossip
 addresses, and one command line serves first start, restart and scale-out:
@@ -137,24 +139,37 @@ addresses, and one command line serves first start, restart and scale-out:
 }
 
 // agentFlagsFromEnv gives each agent flag not on the command line the value of its
-// environment variable, if set: KEEL_ and the flag's name in capitals with _ for -
-// (KEEL_DATA_DIR, KEEL_BOOTSTRAP_EXPECT, KEEL_JOIN=a,b), as etcd reads ETCD_*. A
-// container or a systemd unit configures a node this way; the command line wins.
+// environment variable, if set and not empty: KEEL_ and the flag's name in capitals
+// with _ for - (KEEL_DATA_DIR, KEEL_BOOTSTRAP_EXPECT, KEEL_JOIN=a,b), as etcd reads
+// ETCD_*. A container or a systemd unit configures a node this way; the command line
+// wins. KEEL_CA_FILE, KEEL_CERT_FILE and KEEL_KEY_FILE are the CLI's too (a shell may
+// hold a client certificate there), so a -dev or -insecure node does not read them.
 func agentFlagsFromEnv(fl *pflag.FlagSet, lookup func(string) (string, bool)) error {
 	var errs []error
-	fl.VisitAll(func(fv *pflag.Flag) {
-		if fv.Changed || fv.Hidden {
-			return
-		}
-		env := agentFlagEnv(fv.Name)
-		if v, ok := lookup(env); ok && v != "" { // set but empty: unset, as etcd has it
-			if err := fl.Set(fv.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q (for -%s): %w", env, v, fv.Name, err))
+	apply := func(tlsFiles bool) {
+		fl.VisitAll(func(fv *pflag.Flag) {
+			if fv.Changed || fv.Hidden || sharedTLSFlags[fv.Name] != tlsFiles {
+				return
 			}
+			env := agentFlagEnv(fv.Name)
+			if v, ok := lookup(env); ok && v != "" { // set but empty: unset, as etcd has it
+				if err := fl.Set(fv.Name, v); err != nil {
+					errs = append(errs, fmt.Errorf("%s=%q (for -%s): %w", env, v, fv.Name, err))
+				}
+			}
+		})
+	}
+	apply(false)
+	if dev, _ := fl.GetBool("dev"); !dev {
+		if insecure, _ := fl.GetBool("insecure"); !insecure {
+			apply(true)
 		}
-	})
+	}
 	return errors.Join(errs...)
 }
+
+// sharedTLSFlags are the agent flags whose variables the CLI reads too.
+var sharedTLSFlags = map[string]bool{"ca-file": true, "cert-file": true, "key-file": true}
 
 // agentFlagEnv is the environment variable of agent flag name.
 func agentFlagEnv(name string) string {

@@ -106,6 +106,23 @@ func TestAgentFlagsFromEnv(t *testing.T) {
 	if f.raftAddr != "10.0.0.1:7371" {
 		t.Errorf("raft addr = %q, want the command line's over KEEL_RAFT_ADDR", f.raftAddr)
 	}
+	// The CLI's TLS variables reach a TLS node, not a -dev or -insecure one.
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"KEEL_CA_FILE": "ca.pem"}, "ca.pem"},
+		{map[string]string{"KEEL_CA_FILE": "ca.pem", "KEEL_DEV": "true"}, ""},
+		{map[string]string{"KEEL_CA_FILE": "ca.pem", "KEEL_INSECURE": "1"}, ""},
+	} {
+		env = c.env
+		var g agentFlags
+		fl := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+		g.register(fl)
+		if err := agentFlagsFromEnv(fl, lookup); err != nil || g.caFile != c.want {
+			t.Errorf("env %v: ca file %q (%v), want %q", c.env, g.caFile, err, c.want)
+		}
+	}
 	env = map[string]string{"KEEL_BOOTSTRAP_EXPECT": "three"}
 	fl = pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	f.register(fl)
