@@ -21,6 +21,8 @@
 // unknown (504 Timeout, 503 LeadershipLost/ShuttingDown, a connection broken after
 // the request was sent) is never retried: it is returned, and [IsRetriable] tells the
 // caller that a retry is possible if the write is idempotent (a CAS write is).
+// Options.NoLeaderBudget bounds the retries once a node answered 503 NoLeader (the
+// CLI's: one second), so that a cluster without quorum fails fast with that answer.
 //
 // # Errors
 //
