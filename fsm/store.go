@@ -68,7 +68,9 @@ type Store struct {
 	encOwned bool // cur.encodings is private to cur (not yet published); guarded by mu
 
 	hubPtr atomic.Pointer[hub] // watch fan-out (watch.go); nil until the first Watch
-	watch  watchState          // guarded by mu
+	// slowEnded counts the watches ended with ErrSlowWatcher (SlowWatchersEnded).
+	slowEnded atomic.Uint64
+	watch     watchState // guarded by mu
 }
 
 // NewStore returns an empty store at revision 0.

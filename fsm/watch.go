@@ -190,6 +190,20 @@ func (h *hub) dispatch() {
 	}
 }
 
+// Watchers is the number of watches registered with the store's fan-out now (a watch
+// still replaying history far behind the head is not yet registered).
+func (s *Store) Watchers() int {
+	if h := s.hubPtr.Load(); h != nil {
+		return int(h.n.Load())
+	}
+	return 0
+}
+
+// SlowWatchersEnded counts the watches the store has ended with ErrSlowWatcher since
+// it was created: their consumers fell a queue's bound behind (etcd keeps such
+// watchers as "slow"; keel ends them and the client resumes).
+func (s *Store) SlowWatchersEnded() uint64 { return s.slowEnded.Load() }
+
 func (h *hub) add(w *Watcher) {
 	h.mu.Lock()
 	h.mu.watchers[w] = struct{}{}

@@ -299,6 +299,7 @@ func (w *Watcher) deliver(items []hubItem) (signal bool) {
 			}
 			if w.mu.queued > 0 && w.mu.queued+len(m.Events) > w.limit {
 				w.mu.err = &WatchError{Err: ErrSlowWatcher, LastRevision: g.Revision - 1}
+				w.s.slowEnded.Add(1)
 				w.mu.upTo = g.Revision - 1
 				return
 			}

@@ -113,8 +113,12 @@ func (n *Node) applyLocal(d data) (*fsm.Result, error) {
 	if limit := n.CommandFormatLimit(); len(d) > 0 && d[0] > limit {
 		return nil, fmt.Errorf("%w: format %d, every voter applies up to %d", ErrFormatNotAgreed, d[0], limit)
 	}
+	n.counts.pending.Add(1)
 	f := n.raft.Apply(d, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	err := f.Error()
+	n.counts.pending.Add(-1)
+	if err != nil {
+		n.counts.failed.Add(1)
 		return nil, n.mapApplyErr(err)
 	}
 	res, ok := f.Response().(*fsm.Result)

@@ -44,6 +44,9 @@ type Config struct {
 	// the nodes' connections apart.
 	SourceIP string
 	Logger   hclog.Logger
+	// Observer receives the node's timings (WAL syncs, applied batches, AppendEntries
+	// round trips) for an exporter; nil: none (metrics.go).
+	Observer Observer
 	// TLS, when set, makes the raft port mutual TLS: every peer shows a node
 	// certificate signed by the cluster CA, a dialed node must be the node the
 	// configuration lists at that address, and a peer may ask to add only itself
@@ -172,5 +175,8 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 }

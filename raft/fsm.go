@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
@@ -17,6 +18,7 @@ import (
 type fsmAdapter struct {
 	store *fsm.Store
 	log   hclog.Logger
+	obs   Observer
 	// refused counts the stale snapshots refused (tests).
 	refused atomic.Uint64
 
@@ -26,8 +28,11 @@ type fsmAdapter struct {
 
 var _ hraft.BatchingFSM = (*fsmAdapter)(nil)
 
-func newFSMAdapter(store *fsm.Store, log hclog.Logger) *fsmAdapter {
-	return &fsmAdapter{store: store, log: log, applied: make(chan struct{})}
+func newFSMAdapter(store *fsm.Store, log hclog.Logger, obs Observer) *fsmAdapter {
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &fsmAdapter{store: store, log: log, obs: obs, applied: make(chan struct{})}
 }
 
 func (f *fsmAdapter) Apply(l *hraft.Log) any { return f.ApplyBatch([]*hraft.Log{l})[0] }
@@ -52,11 +57,13 @@ func (f *fsmAdapter) ApplyBatch(logs []*hraft.Log) []any {
 	if len(entries) == 0 {
 		return out
 	}
+	start := time.Now()
 	for j, r := range f.store.ApplyBatch(entries) {
 		if r != nil {
 			out[at[j]] = r
 		}
 	}
+	f.obs.BatchApplied(len(entries), time.Since(start))
 	f.notify()
 	return out
 }

@@ -16,7 +16,7 @@ import (
 // installed below its applied index (and says nil to raft), and then skips the entries
 // raft hands again from the snapshot's index on, which are in the state already.
 func TestFSMRefusesStaleSnapshotAndSkipsReplayedEntries(t *testing.T) {
-	f := newFSMAdapter(fsm.NewStore(), hclog.NewNullLogger())
+	f := newFSMAdapter(fsm.NewStore(), hclog.NewNullLogger(), nil)
 	entry := func(i uint64) *hraft.Log {
 		data, err := fsm.EncodeCommand(putCmd(fmt.Sprint("k", i), "v"))
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 // reach the state machine, and a read waiting for one of those would wait forever.
 type leaderState struct {
 	term  uint64
+	since time.Time // when this node saw it lead
 	ready chan struct{}
 }
 
@@ -27,9 +28,13 @@ func (n *Node) leaderLoop() {
 	defer n.wg.Done()
 	obs := make(chan hraft.Observation, 16)
 	observer := hraft.NewObserver(obs, false, func(o *hraft.Observation) bool {
-		_, ok := o.Data.(hraft.RaftState)
-		return ok
+		switch o.Data.(type) {
+		case hraft.RaftState, hraft.LeaderObservation:
+			return true
+		}
+		return false
 	})
+	var lastLeader hraft.ServerID
 	n.raft.RegisterObserver(observer)
 	defer n.raft.DeregisterObserver(observer)
 	tick := time.NewTicker(250 * time.Millisecond) // observations can be dropped
@@ -42,11 +47,17 @@ func (n *Node) leaderLoop() {
 		case <-obs:
 		case <-tick.C:
 		}
+		// The leader is read rather than taken from the observation: observations
+		// can be dropped, and the tick catches a change they missed.
+		if _, id := n.raft.LeaderWithID(); id != "" && id != lastLeader {
+			lastLeader = id
+			n.counts.leaderChanges.Add(1)
+		}
 		isLeader := n.raft.State() == hraft.Leader
 		cur := n.lead.Load()
 		switch {
 		case isLeader && (cur == nil || cur.term != n.raft.CurrentTerm()):
-			ls := &leaderState{term: n.raft.CurrentTerm(), ready: make(chan struct{})}
+			ls := &leaderState{term: n.raft.CurrentTerm(), since: time.Now(), ready: make(chan struct{})}
 			n.lead.Store(ls)
 			go n.becomeLeader(ls)
 		case !isLeader && cur != nil:

@@ -74,6 +74,14 @@ type Node struct {
 
 	// logFailed receives the log store's failure (once): the node has stopped.
 	logFailed chan error
+
+	// counts and peerContact are read by Counters and PeerContact (metrics.go).
+	counts struct {
+		leaderChanges atomic.Uint64
+		pending       atomic.Int64
+		failed        atomic.Uint64
+	}
+	peerContact sync.Map // server ID → time.Time (timedTransport)
 }
 
 // Open starts the node: it recovers Raft state from cfg.DataDir, or bootstraps or
@@ -101,7 +109,7 @@ func Open(ctx context.Context, cfg Config, store *fsm.Store) (*Node, error) {
 		return nil, fmt.Errorf("raft: advertise address %q: %w", advertise, err)
 	}
 	nctx, cancel := context.WithCancel(context.Background())
-	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store, cfg.Logger.Named("fsm")), addr: advertise,
+	n := &Node{cfg: cfg, log: cfg.Logger, store: store, fsm: newFSMAdapter(store, cfg.Logger.Named("fsm"), cfg.Observer), addr: advertise,
 		ctx: nctx, cancel: cancel, logFailed: make(chan error, 1)}
 	n.verify.n = n
 	n.reads.fetch = n.forwardReadIndex
@@ -140,7 +148,7 @@ func (n *Node) start(ctx context.Context, dir string) error {
 		return fmt.Errorf("raft: open log store: %w", err)
 	}
 	n.bolt = bolt
-	wopts := wal.Options{Logger: n.log.Named("wal"), OnFail: n.logStoreFailed}
+	wopts := wal.Options{Logger: n.log.Named("wal"), OnFail: n.logStoreFailed, OnSync: cfg.Observer.WALSynced}
 	if cfg.LogFaults != "" {
 		wopts.FS = wal.FaultFS{Control: cfg.LogFaults}
 		n.log.Warn("fault injection on the raft log is on (tests only)", "control", cfg.LogFaults)
@@ -201,7 +209,8 @@ func (n *Node) start(ctx context.Context, dir string) error {
 	if err := n.checkState(existing); err != nil {
 		return err
 	}
-	r, err := hraft.NewRaft(rc, n.fsm, logs, markingStable{StableStore: bolt, m: &n.mark}, snapshotStore{snaps}, n.trans)
+	r, err := hraft.NewRaft(rc, n.fsm, logs, markingStable{StableStore: bolt, m: &n.mark}, snapshotStore{snaps},
+		timedTransport{NetworkTransport: n.trans, obs: cfg.Observer, contact: &n.peerContact})
 	if err != nil {
 		return fmt.Errorf("raft: start: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
@@ -48,6 +49,9 @@ type Options struct {
 	// OnFail is called once, in its own goroutine, when the store fails for good
 	// (ErrFailed): the node must stop writing and step down.
 	OnFail func(error)
+	// OnSync, when set, is told how long each batch's fdatasync took (metrics); it is
+	// called with the store's write lock held and must not block.
+	OnSync func(time.Duration)
 }
 
 // segment is one file. Entries first..last (last < first when empty) live in it at
@@ -425,7 +429,12 @@ func (s *Store) writeDurably(tail *segment) error {
 		}
 		return err
 	}
-	if err := tail.f.Sync(); err != nil {
+	start := time.Now()
+	err := tail.f.Sync()
+	if s.opts.OnSync != nil {
+		s.opts.OnSync(time.Since(start))
+	}
+	if err != nil {
 		err = fmt.Errorf("wal: sync %s: %w", tail.path, err)
 		if cerr := s.cutTo(tail); cerr != nil {
 			err = fmt.Errorf("%w (cutting the unsynced batch failed too: %v)", err, cerr)
