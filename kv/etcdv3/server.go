@@ -48,6 +48,7 @@ type Server struct {
 	// streaming holds the full names of the streaming methods (tap); read-only once
 	// New returns.
 	streaming map[string]bool
+	metrics   *grpcMetrics // metrics.go
 
 	// ProgressNotifyInterval is how often an idle watch created with progress_notify
 	// hears the revision it reached (etcd's --watch-progress-notify-interval). Set it
@@ -76,12 +77,12 @@ type Server struct {
 // keel token as the "token" metadata, or "authorization" (the JSON gateway's
 // Authorization header), or gets it from Authenticate.
 func New(core *kv.Server) *Server {
-	e := &Server{core: core, health: health.NewServer(), stop: make(chan struct{})}
+	e := &Server{core: core, health: health.NewServer(), stop: make(chan struct{}), metrics: newGRPCMetrics()}
 	e.stopping, e.stopStreams = context.WithCancel(context.Background())
 	cfg := core.Config()
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(e.unaryInterceptor),
-		grpc.ChainStreamInterceptor(e.streamInterceptor),
+		grpc.ChainUnaryInterceptor(e.metrics.unary, e.unaryInterceptor),
+		grpc.ChainStreamInterceptor(e.metrics.stream, e.streamInterceptor),
 		grpc.InTapHandle(e.tap), // every call's slot (bounds.go)
 		grpc.MaxHeaderListSize(kv.MaxHeaderListBytes),
 		grpc.MaxRecvMsgSize(e.maxRecvMsgBytes()),
