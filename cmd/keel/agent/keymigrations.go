@@ -271,12 +271,15 @@ var (
 	descKeyWork = prometheus.NewDesc("keel_keymigration_work_keys",
 		"Keys of the key migration's background work (copy, delete, reverse): scanned, written, skipped, "+
 			"left (exact at the end of a pass), total.", []string{"migration", "work", "count"}, nil)
+	descKeyBlocked = prometheus.NewDesc("keel_keymigration_advance_blocked",
+		"1 while the key migration cannot advance to its next phase (GET /v1/keymigrations says why); "+
+			"absent at the last phase.", []string{"migration"}, nil)
 	descKeyETA = prometheus.NewDesc("keel_keymigration_work_eta_seconds",
 		"Time the running work needs at its recent rate.", []string{"migration", "work"}, nil)
 )
 
 func (c keyMigrationsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKeyPhase, descKeyRollback, descKeyRange, descKeyWork, descKeyETA} {
+	for _, d := range []*prometheus.Desc{descKeyPhase, descKeyRollback, descKeyRange, descKeyWork, descKeyETA, descKeyBlocked} {
 		ch <- d
 	}
 }
@@ -289,12 +292,23 @@ func (c keyMigrationsCollector) Collect(ch chan<- prometheus.Metric) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	var members []migrate.KeyMember // asked once, for the first migration short of its last phase
 	for _, k := range c.a.versionsMetrics.Load().Schema().KeyMigrations() {
 		rec, err := versions.ReadKeyPhase(view, k.Name)
 		if err != nil {
 			continue
 		}
 		g(descKeyPhase, float64(rec.Phase), k.Name)
+		if rec.Phase < api.KeyPhaseMax {
+			if members == nil {
+				members = c.a.keyMembers()
+			}
+			blocked := 0.0
+			if migrate.AdvanceBlocked(view, k, rec, members, rec.Phase+1) != "" {
+				blocked = 1
+			}
+			g(descKeyBlocked, blocked, k.Name)
+		}
 		rb := 0.0
 		if rec.RollbackTo != nil {
 			rb = 1

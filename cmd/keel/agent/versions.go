@@ -174,6 +174,9 @@ var (
 		"1 once this node has registered its storage versions for the resource.", []string{"resource"}, nil)
 	descWriting = prometheus.NewDesc("keel_storage_version_writing",
 		"1 for the version this node writes the resource in; absent while it refuses writes.", []string{"resource", "version"}, nil)
+	descHeldBack = prometheus.NewDesc("keel_storage_version_held_back",
+		"1 while a member that cannot decode the preferred version keeps this node's writes of the resource in an "+
+			"older one (GET /v1/versions says which member and what to do).", []string{"resource"}, nil)
 	descConflicts = prometheus.NewDesc("keel_storage_version_registration_conflicts_total",
 		"StorageVersion compare-and-swaps this node lost to another node's update (each retried).", nil, nil)
 )
@@ -183,6 +186,7 @@ func (c versionsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRegistered
 	ch <- descWriting
 	ch <- descConflicts
+	ch <- descHeldBack
 }
 
 func (c versionsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -205,6 +209,11 @@ func (c versionsCollector) Collect(ch chan<- prometheus.Metric) {
 			registered = 0
 		}
 		ch <- prometheus.MustNewConstMetric(descRegistered, prometheus.GaugeValue, registered, r.Key())
+		held := 0.0
+		if m.HeldBack(r.Key()) != "" {
+			held = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descHeldBack, prometheus.GaugeValue, held, r.Key())
 		if err == nil {
 			ch <- prometheus.MustNewConstMetric(descWriting, prometheus.GaugeValue, 1, r.Key(), enc)
 		}
