@@ -15,6 +15,7 @@ import (
 	"github.com/keel-kv/keel/internal/tracing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/internal/tlsutil"
@@ -59,7 +60,10 @@ type Agent struct {
 	schemaMu        sync.Mutex // serializes ApplySchema
 	incarnation     uint64     // random per start; in gossip metadata and StorageVersion entries
 
-	stopMetrics func()
+	// metrics is the node's replication and storage metrics (metrics_node.go), made
+	// before raft starts (it observes raft); metricsReg is /metrics' registry.
+	metrics     *nodeMetrics
+	metricsReg  *prometheus.Registry
 	stopTracing func(context.Context) error
 	// stopLoops ends the agent's own goroutines (mintSecretLoop); loops waits for them.
 	stopLoops context.CancelFunc
@@ -142,6 +146,8 @@ func (a *Agent) start(ctx context.Context) error {
 	rcfg := cfg.Raft
 	rcfg.Logger = a.log.Named("raft")
 	rcfg.FormatsFromGossip = cfg.Gossip != nil
+	a.metrics = newNodeMetrics(a, cfg.EtcdAddr != "")
+	rcfg.Observer = a.metrics
 	if a.tls != nil { // a nil *Reloader in the interface would not be nil
 		rcfg.TLS = a.tls
 	}
@@ -243,9 +249,6 @@ func (a *Agent) Close(ctx context.Context) error {
 		return nil
 	}
 	a.closed = true
-	if a.stopMetrics != nil {
-		a.stopMetrics()
-	}
 	if a.stopLoops != nil {
 		a.stopLoops()
 		a.loops.Wait()

@@ -22,6 +22,7 @@ func (a *Agent) startEtcd() error {
 	}
 	a.etcdLn = ln
 	a.etcd = etcdv3.New(a.server)
+	a.metricsReg.MustRegister(a.etcd.Collectors()...)
 	a.etcd.ProgressNotifyInterval = a.cfg.EtcdProgressNotifyInterval
 	a.etcdReady = make(chan struct{})
 	a.etcd.Ready = a.etcdReady
