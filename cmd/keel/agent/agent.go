@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/keel-kv/keel/internal/buildinfo"
+	"github.com/keel-kv/keel/internal/logging"
 	"github.com/keel-kv/keel/internal/tracing"
 
 	"github.com/hashicorp/go-hclog"
@@ -88,6 +89,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	// Every component's lines carry node and component, and raft's routine events
+	// stay out of ERROR (internal/logging).
+	log = logging.Filter(log)
 	tlsr, err := loadTLS(&cfg)
 	if err != nil {
 		return nil, err
@@ -111,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	cfg.NodeID = id
 	cfg.Raft.NodeID = id
 	cfg.Raft.DataDir = cfg.DataDir
-	log = log.With("node", id)
+	log = log.With("node", id, "component", "agent") // Named loggers replace component
 
 	a := &Agent{cfg: cfg, log: log, serveErr: make(chan error, 1), left: make(chan struct{}),
 		incarnation: membership.NewIncarnation(), tls: tlsr}
