@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keel-kv/keel/cmd/keel/agent"
+	"github.com/keel-kv/keel/internal/logging"
 	"github.com/keel-kv/keel/internal/tlsutil"
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/etcdv3"
@@ -81,6 +82,7 @@ func (l limitFlags) apply(c *kv.Config) {
 type agentFlags struct {
 	nodeID, dataDir, httpAddr, raftAddr, advertise, logLevel string
 	etcdAddr                                                 string
+	logFormat                                                string
 	etcdProgress                                             time.Duration
 	join, retryJoin                                          []string
 	dev, bootstrap, evenVoters                               bool
@@ -197,6 +199,7 @@ func (f *agentFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.bootstrap, "bootstrap", false, "start a new cluster with this node as its first voter")
 	fl.BoolVar(&f.dev, "dev", false, "dev mode: one bootstrapped node, data in a fresh temp dir unless -data-dir")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", logging.FormatText, "text or json (one JSON object a line, with node and component fields)")
 	fl.Int64Var(&f.maxValueBytes, "max-value-bytes", def.KV.MaxValueBytes, "largest accepted value")
 	f.limits.register(fl, def.KV)
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take")
@@ -218,7 +221,11 @@ func (f *agentFlags) register(fl *pflag.FlagSet) {
 }
 
 func runAgent(ctx context.Context, f agentFlags) error {
-	log := hclog.New(&hclog.LoggerOptions{Name: "keel", Level: hclog.LevelFromString(f.logLevel), Output: os.Stderr})
+	log, err := logging.New(logging.Options{Name: "keel", Level: hclog.LevelFromString(f.logLevel), Format: f.logFormat,
+		Output: os.Stderr})
+	if err != nil {
+		return err
+	}
 	cfg, tempDir, err := agentConfig(f, log)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keel-kv/keel/cmd/keel/agent"
+	"github.com/keel-kv/keel/internal/logging"
 	"github.com/keel-kv/keel/versions"
 )
 
@@ -118,7 +119,10 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	for _, n := range nodes {
 		gossip = append(gossip, n.gossip)
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "keel", Level: hclog.LevelFromString(o.logLevel), Output: o.logOutput})
+	log, err := logging.New(logging.Options{Name: "keel", Level: hclog.LevelFromString(o.logLevel), Output: o.logOutput})
+	if err != nil {
+		return err
+	}
 
 	agents := make([]*agent.Agent, len(nodes))
 	defer func() { closeDev(agents, o.logOutput) }()
