@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,9 @@ type nodeMetrics struct {
 	etcdCommit       prometheus.Histogram
 	etcdPeerRTT      *prometheus.HistogramVec // label To
 	etcdPeerFailures *prometheus.CounterVec   // label To
+	// peers are the server IDs the peer series have; a scrape drops those no longer
+	// in the configuration (forgetPeers).
+	peers sync.Map
 }
 
 var _ raft.Observer = (*nodeMetrics)(nil)
@@ -95,6 +99,7 @@ func (m *nodeMetrics) AppendEntries(peer string, heartbeat bool, d time.Duration
 			m.etcdPeerFailures.WithLabelValues(peer).Inc()
 		}
 	case heartbeat:
+		m.peers.Store(peer, struct{}{})
 		m.peerFailures.WithLabelValues(peer)
 		m.peerRTT.WithLabelValues(peer).Observe(d.Seconds())
 		if m.etcdNames {
@@ -102,6 +107,27 @@ func (m *nodeMetrics) AppendEntries(peer string, heartbeat bool, d time.Duration
 			m.etcdPeerRTT.WithLabelValues(peer).Observe(d.Seconds())
 		}
 	}
+}
+
+// forgetPeers deletes the peer series of servers no longer in the configuration,
+// so that a removed server's last round trip does not stay on /metrics for the life of
+// the process. A series deleted while the leader still sends to the server (it is
+// being removed) comes back, and goes at the next scrape.
+func (m *nodeMetrics) forgetPeers(members []raft.Member) {
+	in := map[string]bool{}
+	for _, mb := range members {
+		in[mb.ID] = true
+	}
+	m.peers.Range(func(k, _ any) bool {
+		if id := k.(string); !in[id] {
+			m.peers.Delete(id)
+			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.peerRTT, m.peerFailures,
+				m.etcdPeerRTT, m.etcdPeerFailures} {
+				v.DeleteLabelValues(id)
+			}
+		}
+		return true
+	})
 }
 
 // collectors are what /metrics registers of m.
@@ -206,6 +232,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		} else {
 			nonvoters++
 		}
+	}
+	if len(st.Members) > 0 {
+		c.m.forgetPeers(st.Members)
 	}
 	emit(descPeers, float64(voters), "voter")
 	emit(descPeers, float64(nonvoters), "nonvoter")
