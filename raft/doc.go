@@ -14,7 +14,9 @@
 // members.go, contact.go (leader contact), rpc.go, bootstrap.go, snapshot.go,
 // leadercall.go (CallLeader: an opaque request served by the leader, as kv's lease
 // keepalives are; ApplyLeader: a write that is never forwarded), rejoin.go (a node
-// rebuilt from its peers after its log was damaged), describe.go.
+// rebuilt from its peers after its log was damaged), describe.go, metrics.go (the
+// Observer an exporter gets timings through, and the counters it reads: raft imports
+// no metrics library).
 //
 // Invariants.
 //   - A write is applied at most once. Apply retries only errors that prove the command
