@@ -24,6 +24,7 @@ func (a *Agent) enableMetrics() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		versionsCollector{a}, migrationsCollector{a},
 		keyMigrationsCollector{a})
+	a.metrics.baseIndex = a.store.AppliedIndex() // before the first scrape: Serve starts after
 	reg.MustRegister(a.metrics.collectors()...)
 	if err := a.httpd.EnableMetrics(reg); err != nil {
 		return err

@@ -32,6 +32,11 @@ type nodeMetrics struct {
 	// peers are the server IDs the peer series have; a scrape drops those no longer
 	// in the configuration (forgetPeers).
 	peers sync.Map
+	// baseIndex is the store's applied index when /metrics began — the snapshot the
+	// node restored, before it replays the log after it: keel's proposal counters
+	// count from it, so that a restart reads as a counter reset, not as a jump by the
+	// whole log (etcd's gauges carry the raw index).
+	baseIndex uint64
 }
 
 var _ raft.Observer = (*nodeMetrics)(nil)
@@ -167,9 +172,9 @@ var (
 	descLeaderChanges = newMetricDesc("keel_server_leader_changes_seen_total", "etcd_server_leader_changes_seen_total",
 		counter, counter, "Leader changes this node has seen since it started.")
 	descCommitted = newMetricDesc("keel_server_proposals_committed_total", "etcd_server_proposals_committed_total",
-		counter, gauge, "The Raft commit index this node knows.")
+		counter, gauge, "Raft entries committed past the snapshot this process restored at start (etcd's name carries the commit index).")
 	descApplied = newMetricDesc("keel_server_proposals_applied_total", "etcd_server_proposals_applied_total",
-		counter, gauge, "The Raft index this node's store has applied.")
+		counter, gauge, "Raft entries this process applied past the snapshot it restored at start, log replay included (etcd's name carries the applied index).")
 	descPending = newMetricDesc("keel_server_proposals_pending", "etcd_server_proposals_pending", gauge, gauge,
 		"Writes this node, as leader, has proposed and not yet applied.")
 	descFailed = newMetricDesc("keel_server_proposals_failed_total", "etcd_server_proposals_failed_total",
@@ -220,8 +225,15 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(descHasLeader, boolFloat(st.LeaderID != ""))
 	emit(descIsLeader, boolFloat(st.State == "Leader"))
 	emit(descLeaderChanges, float64(n.LeaderChanges))
-	emit(descCommitted, float64(st.CommitIndex))
-	emit(descApplied, float64(st.AppliedIndex))
+	for _, x := range []struct {
+		d     metricDesc
+		index uint64
+	}{{descCommitted, st.CommitIndex}, {descApplied, st.AppliedIndex}} {
+		ch <- prometheus.MustNewConstMetric(x.d.keel, x.d.keelType, float64(x.index-min(x.index, c.m.baseIndex)))
+		if c.m.etcdNames {
+			ch <- prometheus.MustNewConstMetric(x.d.etcd, x.d.etcdType, float64(x.index))
+		}
+	}
 	emit(descPending, float64(n.ProposalsPending))
 	emit(descFailed, float64(n.ProposalsFailed))
 	emit(descTerm, float64(st.Term))

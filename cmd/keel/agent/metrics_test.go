@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +62,52 @@ func TestMetricsEndpoint(t *testing.T) {
 		if strings.Contains(string(body), unwanted) {
 			t.Errorf("/metrics has %q without the etcd door", unwanted)
 		}
+	}
+}
+
+// TestProposalCountersStartAtRestart: keel's proposal counters count what this process
+// applied — from the snapshot it restored at start, so the log entries after it, which
+// it replays, count — and a restart reads as a counter reset, not as a jump by the
+// whole log in rate(); etcd's names carry the index itself.
+//
+//	20 puts, snapshot at ~28, 5 puts, restart → keel ≈ 5 (replayed), etcd ≈ 33
+func TestProposalCountersStartAtRestart(t *testing.T) {
+	c := newTestClusterWith(t, 1, nil, func(cfg *Config) { cfg.EtcdAddr = freeAddr(t) })
+	for i := range 20 {
+		if _, err := c.client(0).Put(context.Background(), fmt.Sprintf("k%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.agents[0].Node().Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := c.client(0).Put(context.Background(), fmt.Sprintf("after%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.restart(0)
+	c.waitReady(0)
+	text, err := c.client(0).Metrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(name string) float64 {
+		for _, l := range strings.Split(string(text), "\n") {
+			if v, ok := strings.CutPrefix(l, name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%s: %v", l, err)
+				}
+				return f
+			}
+		}
+		t.Fatalf("/metrics lacks %s", name)
+		return 0
+	}
+	keel, etcd := value("keel_server_proposals_applied_total"), value("etcd_server_proposals_applied_total")
+	if etcd < 25 || keel < 5 || keel >= 20 {
+		t.Errorf("after a restart: keel_server_proposals_applied_total %v (want 5 to 20: the replayed entries and "+
+			"the start's), etcd_server_proposals_applied_total %v (want the index, >= 25)", keel, etcd)
 	}
 }
