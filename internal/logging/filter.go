@@ -37,12 +37,16 @@ func filterWindow(l hclog.Logger, window time.Duration) hclog.Logger {
 	return &filter{Logger: l, lim: &limiter{window: window, now: time.Now, seen: map[string]*repeat{}}}
 }
 
-// routineEvent is one of hashicorp/raft's messages and the level it deserves.
+// routineEvent is one of hashicorp/raft's or memberlist's messages and the level it
+// deserves.
 type routineEvent struct {
 	msg   string
 	level hclog.Level
-	// limited: repeated while a peer is down, so rate-limited per peer.
+	// limited: repeated while a peer is down, so rate-limited per peer (raft names
+	// it in a field) or per message kind (memberlist writes it into the text).
 	limited bool
+	// prefix: msg is the start of the message (memberlist's formatted lines).
+	prefix bool
 }
 
 // routineEvents are hashicorp/raft's (v1.8) messages logged at ERROR for events that
@@ -56,11 +60,20 @@ type routineEvent struct {
 //	peer has newer term, stopping replication
 //	                              the leader learned a newer term: what a voluntary
 //	                              leadership transfer does; INFO
+//
+// and memberlist's (v0.7, through StandardLogger) for a member that is down, which
+// its failure detector is there to find (it logs the member's state changes at INFO):
+// failed probes, gossip and push/pull to it; WARN, once per kind per window.
 var routineEvents = []routineEvent{
 	{msg: "failed to heartbeat to", level: hclog.Warn, limited: true},
 	{msg: "failed to appendEntries to", level: hclog.Warn, limited: true},
 	{msg: "failed to make requestVote RPC", level: hclog.Warn, limited: true},
 	{msg: "peer has newer term, stopping replication", level: hclog.Info},
+	{msg: "memberlist: Failed fallback TCP ping", level: hclog.Warn, limited: true, prefix: true},
+	{msg: "memberlist: Failed to send UDP compound ping", level: hclog.Warn, limited: true, prefix: true},
+	{msg: "memberlist: Failed to send indirect UDP ping", level: hclog.Warn, limited: true, prefix: true},
+	{msg: "memberlist: Failed to send gossip to", level: hclog.Warn, limited: true, prefix: true},
+	{msg: "memberlist: Push/Pull with", level: hclog.Warn, limited: true, prefix: true},
 }
 
 type filter struct {
@@ -89,13 +102,13 @@ func (f *filter) route(level hclog.Level, msg string, args []any) (hclog.Level, 
 		return hclog.Debug, args, true
 	}
 	for _, e := range routineEvents {
-		if msg != e.msg {
+		if msg != e.msg && !(e.prefix && strings.HasPrefix(msg, e.msg)) {
 			continue
 		}
 		if !e.limited {
 			return e.level, args, true
 		}
-		n, ok := f.lim.allow(msg + "\x00" + argString(args, "peer"))
+		n, ok := f.lim.allow(e.msg + "\x00" + argString(args, "peer"))
 		if !ok {
 			return 0, nil, false
 		}

@@ -154,3 +154,41 @@ func TestFilterIdempotent(t *testing.T) {
 		t.Error("Filter(Filter(l)) is a new logger")
 	}
 }
+
+// TestStandardLogger: memberlist's lines (a standard library logger with inferred
+// levels) go through the filter: a down member's failed probes are WARN once per
+// window with a count, other lines keep their level, and component is set.
+func TestStandardLogger(t *testing.T) {
+	l, buf := newJSON(t, hclog.Info)
+	now := time.Unix(1000, 0)
+	l.lim.now = func() time.Time { return now }
+	std := l.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	for range 5 {
+		std.Printf("[ERR] memberlist: Failed fallback TCP ping: g2 dial tcp 127.0.0.1:1: connection refused")
+		now = now.Add(time.Second)
+	}
+	std.Printf("[INFO] memberlist: Marking g2 as failed, suspect timeout reached (0 peer confirmations)")
+	std.Printf("[ERR] memberlist: Decrypt packet failed: bad key")
+	now = now.Add(DefaultRepeatWindow)
+	std.Printf("[ERR] memberlist: Failed fallback TCP ping: g2 dial tcp 127.0.0.1:1: connection refused")
+	got := lines(t, buf)
+	want := []struct {
+		level, prefix string
+		repeated      any
+	}{
+		{"warn", "memberlist: Failed fallback TCP ping", nil},
+		{"info", "memberlist: Marking g2 as failed", nil},
+		{"error", "memberlist: Decrypt packet failed", nil},
+		{"warn", "memberlist: Failed fallback TCP ping", float64(4)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d: %s", len(got), len(want), buf)
+	}
+	for i, w := range want {
+		msg, _ := got[i]["@message"].(string)
+		if got[i]["@level"] != w.level || !strings.HasPrefix(msg, w.prefix) || got[i]["repeated"] != w.repeated ||
+			got[i]["component"] != "memberlist" {
+			t.Errorf("#%d: %v, want level %s, message %q..., repeated %v, component memberlist", i, got[i], w.level, w.prefix, w.repeated)
+		}
+	}
+}
