@@ -251,11 +251,70 @@ func TestDashboardAndAlertSeries(t *testing.T) {
 	want := dashboardAndAlertSeries(t)
 	c := startMetricsCluster(t)
 	waitFor(t, "every dashboard and alert series", 20*time.Second, func() error { return missingSeries(c, want) })
+	checkNamingConventions(t, c)
 	if testing.Short() {
 		return
 	}
 	time.Sleep(2 * time.Minute)
 	if err := missingSeries(c, want); err != nil {
 		t.Fatalf("two minutes on: %v", err)
+	}
+}
+
+// checkNamingConventions checks keel's series on every node of c against Prometheus'
+// conventions (issue #38 found camelCase, summaries and node IDs in names): snake_case,
+// counters end in _total and nothing else does, no summaries, no node ID in a name,
+// help text that says more than the name.
+func checkNamingConventions(t *testing.T, c *gossipCluster) {
+	t.Helper()
+	snake := regexp.MustCompile(`^keel_[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	families := 0
+	defer func() {
+		if families < 3*30 {
+			t.Errorf("%d keel families checked on 3 nodes: not what this check expects", families)
+		}
+	}()
+	for _, a := range c.agents {
+		cl, err := client.New([]string{a.HTTPAddr()}, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := cl.Metrics(context.Background())
+		cl.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(text), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 4 || f[0] != "#" || !strings.HasPrefix(f[2], "keel_") {
+				continue
+			}
+			name := f[2]
+			switch f[1] {
+			case "TYPE":
+				families++
+				typ := f[3]
+				switch {
+				case !snake.MatchString(name):
+					t.Errorf("%s: not snake_case", name)
+				case typ == "summary":
+					t.Errorf("%s: a summary (it cannot be aggregated across nodes): use a histogram", name)
+				case typ == "counter" && !strings.HasSuffix(name, "_total"):
+					t.Errorf("%s: a counter without _total", name)
+				case typ != "counter" && strings.HasSuffix(name, "_total"):
+					t.Errorf("%s: a %s named like a counter", name, typ)
+				}
+				for _, b := range c.agents {
+					if strings.Contains(name, "_"+b.NodeID()) {
+						t.Errorf("%s: a node ID in the name: make it a label", name)
+					}
+				}
+			case "HELP":
+				help := strings.Join(f[3:], " ")
+				if strings.EqualFold(strings.ReplaceAll(help, " ", "_"), name) || len(help) < 12 {
+					t.Errorf("%s: help %q says no more than the name", name, help)
+				}
+			}
+		}
 	}
 }
