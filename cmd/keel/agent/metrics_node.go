@@ -10,7 +10,7 @@ import (
 )
 
 // nodeMetrics are the node's replication and storage metrics, named after etcd's
-// under keel_ (see docs/operations.md, "Metrics"). It is the raft.Observer of the
+// under keel_ (docs/operations.md, "Metrics and alerts"). It is the raft.Observer of the
 // node (timings, into histograms) and a prometheus.Collector (everything else,
 // read from the node at each scrape, so no series expires on a steady cluster).
 //
