@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver
+.PHONY: test-metrics image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -142,6 +142,11 @@ image: build
 # instead with KEEL_IMAGE_STRICT=1): the default refuses plain text, a TLS node and a
 # -dev node start as user 65532, turn healthy, and answer on the HTTP and etcd ports
 # published on loopback (cmd/keel/image_test.go).
+# The metrics soak: a 3-node cluster's dashboard and alert series still there after
+# two minutes (cmd/keel/agent TestDashboardAndAlertSeries; make test checks them at start).
+test-metrics:
+	KEEL_METRICS_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestDashboardAndAlertSeries$$' ./cmd/keel/agent/ -v
+
 image-test: image
 	KEEL_IMAGE=keel:dev KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -tags image -run '^TestImage' ./cmd/keel/ -v
 
