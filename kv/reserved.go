@@ -261,3 +261,19 @@ func (s *Server) reservedRanges() [][2][]byte {
 	}
 	return merged
 }
+
+// CheckImportedKey says whether this node can hold key with value (one version of
+// it) taken from another store's snapshot (an etcd import): nil, or the error a write
+// of it through the KV API would get — the key not UTF-8, empty or too long
+// (ErrInvalidKey, ErrEmptyKey), the value over the limit (ErrTooLarge), the key under
+// a prefix the KV API does not own (ErrReservedPrefix). The import lists every key it
+// refuses before it restores anything.
+func (s *Server) CheckImportedKey(key, value []byte) error {
+	if err := s.lim.checkKey(string(key)); err != nil {
+		return err
+	}
+	if int64(len(value)) > s.lim.maxValueBytes {
+		return fmt.Errorf("%w: value is %d bytes, more than the maximum %d", ErrTooLarge, len(value), s.lim.maxValueBytes)
+	}
+	return s.checkReservedOp(fsm.Op{Type: fsm.OpPut, Key: key})
+}

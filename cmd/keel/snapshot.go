@@ -15,21 +15,36 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/keel-kv/keel/fsm/etcdsnap"
 	"github.com/keel-kv/keel/kv/client"
 )
 
 func newSnapshotCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "Save the cluster's state to a file, or restore it from one"}
-	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotRestoreCmd())
+	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotRestoreCmd(), newSnapshotInspectCmd())
 	return cmd
 }
 
 func newSnapshotSaveCmd() *cobra.Command {
-	return &cobra.Command{
+	var format string
+	save := &cobra.Command{
 		Use:   "save FILE",
 		Short: "Write a snapshot reflecting every acknowledged write to FILE",
-		Args:  cobra.ExactArgs(1),
+		Long: `Write a snapshot reflecting every acknowledged write to FILE. --format keel (the
+default) writes keel's own file, which 'keel snapshot restore' takes back. --format etcd
+writes an etcd snapshot (a bbolt database and its sha256, as 'etcdctl snapshot save'
+writes one) that 'etcdutl snapshot restore' accepts: the same keys, revisions since the
+compaction, versions, leases (etcd restarts their TTL) and compact revision; keel's own
+records (ACL, storage versions) and encoding tags stay behind.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch format {
+			case "keel":
+			case "etcd":
+				return withClient(cmd, func(ctx context.Context, c *client.Client) error { return saveEtcd(cmd, ctx, c, args[0]) })
+			default:
+				return fmt.Errorf("--format %q: want keel or etcd", format)
+			}
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				body, err := c.Snapshot(ctx)
 				if err != nil {
@@ -62,10 +77,12 @@ func newSnapshotSaveCmd() *cobra.Command {
 			})
 		},
 	}
+	save.Flags().StringVar(&format, "format", "keel", "file format: keel, or etcd (a file etcdutl snapshot restore takes)")
+	return save
 }
 
 func newSnapshotRestoreCmd() *cobra.Command {
-	var forceForeign, yes bool
+	var forceForeign, yes, skipUnholdable bool
 	restore := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Replace the whole cluster's state with a saved snapshot (disaster recovery)",
@@ -80,7 +97,16 @@ backup into a new one.
 
 Every key, lease and ACL of the cluster is replaced, so the command asks first when
 standard input is a terminal; --yes (-y) answers for it, and without a terminal it
-is required.`,
+is required.
+
+An etcd snapshot (etcdctl snapshot save, or a stopped member's member/snap/db) is
+recognised and imported with its history since etcd's compaction: every revision,
+each key's create/mod revision and version, leases (ID and TTL; the time left
+restarts), the revision and compact revision. The file is read and checked here
+first; what keel cannot hold (keys not UTF-8 or too long, values too large, keys
+under keel's reserved prefix or a resource's prefix, leases over a day) is listed
+and nothing changes, unless --skip-unholdable, which leaves exactly those out. The
+cluster keeps its own ACL and records.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
@@ -89,6 +115,9 @@ is required.`,
 					return err
 				}
 				defer f.Close()
+				if etcdsnap.Sniff(f) {
+					return restoreEtcd(cmd, ctx, c, args[0], skipUnholdable, yes)
+				}
 				if err := confirmRestore(cmd.InOrStdin(), cmd.ErrOrStderr(), stdinIsTerminal(cmd), yes, args[0]); err != nil {
 					return err
 				}
@@ -112,6 +141,7 @@ is required.`,
 	}
 	restore.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask before replacing the cluster's state (required without a terminal)")
 	restore.Flags().BoolVar(&forceForeign, "force-foreign", false, "restore a file this cluster cannot authenticate: another cluster's or a pre-MAC one (its data replaces this cluster's; the MAC is not checked)")
+	restore.Flags().BoolVar(&skipUnholdable, "skip-unholdable", false, "etcd snapshots: leave out the keys and leases keel cannot hold (they are listed) instead of refusing the import")
 	return restore
 }
 

@@ -166,3 +166,20 @@ func mergeCarry(keys []fsm.KeyHistory, carry []fsm.KeyValue, rev int64) []fsm.Ke
 	slices.SortStableFunc(keys, func(a, b fsm.KeyHistory) int { return bytes.Compare(a.Key, b.Key) })
 	return keys
 }
+
+// FromView is the Data of a keel view, as WriteKeel takes it: an import that reaches
+// the cluster as a keel stream (the CLI converts etcd's file) is checked against the
+// cluster's own rules and given the cluster's own records there. Lease times are
+// whole seconds (an import's leases are etcd's).
+func FromView(v *fsm.View) *Data {
+	d := &Data{Revision: v.Revision(), CompactRevision: v.CompactRevision()}
+	v.Histories(func(h fsm.KeyHistory) bool {
+		h.Versions = slices.Clone(h.Versions)
+		d.Keys = append(d.Keys, h)
+		return true
+	})
+	for _, l := range v.Leases() {
+		d.Leases = append(d.Leases, Lease{ID: l.ID, TTL: (l.TTL + 999) / 1000, RemainingTTL: (l.Remaining + 999) / 1000})
+	}
+	return d
+}

@@ -120,7 +120,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	for seed := range uint64(5) {
 		src := history(t, seed, 400)
 		path := filepath.Join(t.TempDir(), "etcd.db")
-		ex, err := Write(path, src.View())
+		ex, err := Write(path, src.View(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestUnholdableListedAndRefused(t *testing.T) {
 	src.ApplyCommand(1, &fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{Success: []fsm.Op{
 		{Type: fsm.OpPut, Key: []byte("good"), Value: []byte("1")}, {Type: fsm.OpPut, Key: []byte("bad\xff"), Value: []byte("2")}}}})
 	path := filepath.Join(t.TempDir(), "etcd.db")
-	if _, err := Write(path, src.View()); err != nil {
+	if _, err := Write(path, src.View(), nil); err != nil {
 		t.Fatal(err)
 	}
 	d, err := Read(path)
@@ -177,7 +177,7 @@ func TestUnholdableListedAndRefused(t *testing.T) {
 // ErrNotEtcd.
 func TestDamagedFiles(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "etcd.db")
-	if _, err := Write(path, history(t, 1, 200).View()); err != nil {
+	if _, err := Write(path, history(t, 1, 200).View(), nil); err != nil {
 		t.Fatal(err)
 	}
 	good, _ := os.ReadFile(path)
@@ -209,7 +209,7 @@ func TestDamagedFiles(t *testing.T) {
 // pages: read turns the fault into ErrCorrupt).
 func TestDamagedFilesRandom(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "e.db")
-	if _, err := Write(src, history(t, 1, 100).View()); err != nil {
+	if _, err := Write(src, history(t, 1, 100).View(), nil); err != nil {
 		t.Fatal(err)
 	}
 	good, _ := os.ReadFile(src)

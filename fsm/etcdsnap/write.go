@@ -49,10 +49,11 @@ type record struct {
 // the view's compact revision: for each key the newest version at or before it (not a
 // delete) and every later one. Leases keep their ID and TTL (rounded up to seconds);
 // etcd restarts them whole. Keel's encoding tags are not kept (etcd has none). path
-// is written beside and renamed, so it is whole or untouched.
-func Write(path string, v *fsm.View) (ExportSummary, error) {
+// is written beside and renamed, so it is whole or untouched. Keys for which leave
+// returns true (keel's own records) are left out; leave may be nil.
+func Write(path string, v *fsm.View, leave func(key []byte) bool) (ExportSummary, error) {
 	s := ExportSummary{Compact: v.CompactRevision()}
-	recs := exportRecords(v, &s)
+	recs := exportRecords(v, leave, &s)
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".etcd-snapshot-*")
 	if err != nil {
 		return s, err
@@ -70,10 +71,13 @@ func Write(path string, v *fsm.View) (ExportSummary, error) {
 }
 
 // exportRecords lists the key bucket's records in revision order, then key order.
-func exportRecords(v *fsm.View, s *ExportSummary) []record {
+func exportRecords(v *fsm.View, leave func([]byte) bool, s *ExportSummary) []record {
 	var recs []record
 	compact := v.CompactRevision()
 	v.Histories(func(h fsm.KeyHistory) bool {
+		if leave != nil && leave(h.Key) {
+			return true
+		}
 		for _, kv := range h.Versions {
 			if kv.ModRevision <= compact {
 				if kv.CreateRevision != 0 {

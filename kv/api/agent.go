@@ -7,7 +7,8 @@ package api
 //	POST   /v1/agent/transfer-leader   body = TransferLeaderRequest → TransferLeaderResponse
 //	POST   /v1/agent/leave             → LeaveResponse; the node leaves the cluster and stops
 //	GET    /v1/agent/snapshot          → the state machine's snapshot (application/octet-stream)
-//	POST   /v1/agent/snapshot          body = a saved snapshot → SnapshotRestoreResponse (leader only)
+//	POST   /v1/agent/snapshot          body = a saved snapshot → SnapshotRestoreResponse (leader only);
+//	                                   ?import=etcd[&skip_unholdable=true]: body = a bare fsm stream made from an etcd snapshot
 //	PUT    /v1/agent/schema            body = schema YAML (?file=NAME&force=true) → the change applied
 //	GET    /v1/versions                → the storage-version report (package versions' Report)
 //	GET    /livez                      → {"status":"ok"} while the process serves
@@ -81,7 +82,23 @@ type LeaveResponse struct {
 // SnapshotRestoreResponse is the answer to POST /v1/agent/snapshot.
 type SnapshotRestoreResponse struct {
 	Restored string `json:"restored"` // "N bytes"
+	// Import says what an etcd import (?import=etcd) restored; nil for a restore.
+	Import *ImportSummary `json:"import,omitempty"`
 }
 
 // ContentTypeSnapshot is the media type of a snapshot body.
 const ContentTypeSnapshot = "application/octet-stream"
+
+// ImportSummary is what an etcd import restored: keys (with Versions versions since
+// etcd's compaction) and leases, at etcd's revision and compact revision; what it left
+// out (skip_unholdable=true); and the cluster's own records it kept.
+type ImportSummary struct {
+	Keys            int   `json:"keys"`
+	Versions        int   `json:"versions"`
+	Leases          int   `json:"leases"`
+	Revision        int64 `json:"revision"`
+	CompactRevision int64 `json:"compact_revision"`
+	SkippedKeys     int   `json:"skipped_keys"`
+	SkippedLeases   int   `json:"skipped_leases"`
+	KeptRecords     int   `json:"kept_records"`
+}

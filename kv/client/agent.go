@@ -121,6 +121,34 @@ func (c *Client) RestoreSnapshotWith(ctx context.Context, r io.ReadSeeker, o Res
 	})
 }
 
+// ImportEtcdSnapshot replaces the whole cluster's data with r, a state machine stream
+// made from an etcd snapshot (package etcdsnap: Data.WriteKeel). The cluster checks
+// every key against its own rules first: what it cannot hold is a 400 listing it, and
+// nothing changes, unless skipUnholdable, which leaves those keys and leases out. The
+// cluster keeps its own ID, secret and records (ACL, storage versions).
+func (c *Client) ImportEtcdSnapshot(ctx context.Context, r io.ReadSeeker, skipUnholdable bool) (*api.SnapshotRestoreResponse, error) {
+	path := api.PathAgentSnapshot + "?import=etcd"
+	if skipUnholdable {
+		path += "&skip_unholdable=true"
+	}
+	var out api.SnapshotRestoreResponse
+	err := c.retry(ctx, true, func(base string) (time.Duration, error) {
+		if _, err := r.Seek(0, io.SeekStart); err != nil {
+			return 0, fmt.Errorf("client: rewind snapshot: %w", err)
+		}
+		resp, ra, err := c.send(ctx, base, http.MethodPost, path, io.NopCloser(r), api.ContentTypeSnapshot)
+		if err != nil {
+			return ra, err
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
+			return 0, fmt.Errorf("client: import answer: %w", err)
+		}
+		return 0, nil
+	})
+	return &out, err
+}
+
 // send sends one request to the node at base and returns a 2xx response with its body
 // unread; any other answer is read, closed and returned as an *Error with its
 // Retry-After.

@@ -60,6 +60,17 @@ func (a *Agent) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 		a.httpd.WriteError(w, r, fmt.Errorf("reading the snapshot: %w", bodyError(err)))
 		return
 	}
+	if r.URL.Query().Get("import") == "etcd" {
+		sum, err := a.importEtcd(ctx, f, n, r.URL.Query().Get("skip_unholdable") == "true")
+		if err != nil {
+			a.httpd.WriteError(w, r, restoreError(err))
+			return
+		}
+		writeAgentJSON(w, http.StatusOK, api.SnapshotRestoreResponse{Restored: strconv.FormatInt(n, 10) + " bytes",
+			Import: &api.ImportSummary{Keys: sum.Keys, Versions: sum.Versions, Leases: sum.Leases, Revision: sum.Revision,
+				CompactRevision: sum.Compact, SkippedKeys: sum.SkippedKeys, SkippedLeases: sum.SkippedLeases, KeptRecords: sum.Carried}})
+		return
+	}
 	force := r.URL.Query().Get("force_foreign") == "true"
 	stream, err := a.savedStream(f, n, force)
 	if err == nil {
