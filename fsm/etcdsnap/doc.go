@@ -21,8 +21,8 @@
 //	"lease"  key = ID:8 bytes big-endian, value = leasepb.Lease {1: ID, 2: TTL s, 3: RemainingTTL s}
 //
 // The "key" bucket holds every revision since etcd's last compaction: for each key the
-// newest version at or before the compact revision (unless it is a delete) and every
-// later one. etcd's current revision is the newest main revision of the bucket, or the
+// newest version at or before the compact revision (unless it is a delete before the
+// compact revision: etcd's keyIndex.compact keeps a delete at it) and every later one. etcd's current revision is the newest main revision of the bucket, or the
 // compact revision when that is newer; a scheduled compaction newer than the finished
 // one is redone by etcd when it starts, so the compact revision is the newer of the two.
 // Writes of one transaction share the main revision and count sub revisions in the

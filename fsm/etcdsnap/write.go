@@ -47,7 +47,7 @@ type record struct {
 // snapshot save` writes one: a bbolt database followed by its sha256, which
 // `etcdutl snapshot restore` checks. It holds what etcd keeps after a compaction at
 // the view's compact revision: for each key the newest version at or before it (not a
-// delete) and every later one. Leases keep their ID and TTL (rounded up to seconds);
+// delete older than it) and every later one. Leases keep their ID and TTL (rounded up to seconds);
 // etcd restarts them whole. Keel's encoding tags are not kept (etcd has none). path
 // is written beside and renamed, so it is whole or untouched. Keys for which leave
 // returns true (keel's own records) are left out; leave may be nil.
@@ -80,7 +80,7 @@ func exportRecords(v *fsm.View, leave func([]byte) bool, s *ExportSummary) []rec
 		}
 		for _, kv := range h.Versions {
 			if kv.ModRevision <= compact {
-				if kv.CreateRevision != 0 {
+				if kv.CreateRevision != 0 || kv.ModRevision == compact { // a delete at the compact revision stays, as in etcd
 					recs = append(recs, record{main: kv.ModRevision, key: h.Key, kv: kv})
 				}
 				break
