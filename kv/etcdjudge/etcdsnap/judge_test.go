@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
-	"strings"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,7 +87,6 @@ type state struct {
 	leases        map[int64]string // ID → granted TTL and keys
 }
 
-//
 // head 0 reads up to the store's head. keel writes its own records after a restore
 // (storage-version registration, under a prefix its etcd door hides), which moves its
 // revision past etcd's with no event an etcd client sees: keel is read up to etcd's
