@@ -146,6 +146,7 @@ type snapshotInfo struct {
 	SHA256          string `json:"sha256"` // of the whole file
 	// etcd: etcdutl snapshot status's hash (crc32c of the buckets) and storage version.
 	EtcdHash       string `json:"etcd_hash,omitempty"`
+	DBSize         int64  `json:"db_size,omitempty"` // etcdutl's total size: the database's pages
 	StorageVersion string `json:"storage_version,omitempty"`
 	Records        int    `json:"records,omitempty"`
 	// keel:
@@ -184,7 +185,7 @@ exits non-zero. --verify prints each check.`,
 			fmt.Fprintf(w, "file:             %s\nformat:           %s\nrevision:         %d\ncompact revision: %d\nkeys:             %d\nleases:           %d\nsize:             %d\nsha256:           %s\n",
 				info.File, info.Format, info.Revision, info.CompactRevision, info.Keys, info.Leases, info.Size, info.SHA256)
 			if info.EtcdHash != "" {
-				fmt.Fprintf(w, "etcd hash:        %s\nrecords:          %d\nstorage version:  %s\n", info.EtcdHash, info.Records, info.StorageVersion)
+				fmt.Fprintf(w, "etcd hash:        %s\ndb size:          %d\nrecords:          %d\nstorage version:  %s\n", info.EtcdHash, info.DBSize, info.Records, info.StorageVersion)
 			}
 			if info.ClusterID != "" {
 				fmt.Fprintf(w, "cluster id:       %s\n", info.ClusterID)
@@ -254,7 +255,7 @@ func inspectEtcd(path string, info snapshotInfo) (snapshotInfo, error) {
 		return info, err
 	}
 	info.Revision, info.CompactRevision, info.Keys, info.Leases = st.Revision, st.CompactRevision, st.TotalKey, st.Leases
-	info.EtcdHash, info.StorageVersion, info.Records = fmt.Sprintf("%x", st.Hash), st.Version, st.Records
+	info.EtcdHash, info.StorageVersion, info.Records, info.DBSize = fmt.Sprintf("%x", st.Hash), st.Version, st.Records, st.TotalSize
 	if st.Checksummed {
 		info.Checks = append(info.Checks, "etcdctl sha256: ok")
 	} else {

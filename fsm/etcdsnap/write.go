@@ -64,10 +64,42 @@ func Write(path string, v *fsm.View, leave func(key []byte) bool) (ExportSummary
 	if err := writeBolt(name, recs, v, &s); err != nil {
 		return s, fmt.Errorf("write etcd snapshot: %w", err)
 	}
-	if s.Size, err = appendSum(name); err != nil {
+	out, err := copyDB(name, filepath.Dir(path))
+	if err != nil {
 		return s, fmt.Errorf("write etcd snapshot: %w", err)
 	}
-	return s, os.Rename(name, path)
+	defer os.Remove(out)
+	if s.Size, err = appendSum(out); err != nil {
+		return s, fmt.Errorf("write etcd snapshot: %w", err)
+	}
+	return s, os.Rename(out, path)
+}
+
+// copyDB copies the bbolt database at path into a new file in dir, as etcd's
+// Snapshot RPC streams one (tx.WriteTo: exactly its pages, without the room bbolt
+// grew the file by), and returns the new file's name.
+func copyDB(path, dir string) (string, error) {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: openTimeout})
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	f, err := os.CreateTemp(dir, ".etcd-snapshot-*")
+	if err != nil {
+		return "", err
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		_, err := tx.WriteTo(f)
+		return err
+	})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // exportRecords lists the key bucket's records in revision order, then key order.

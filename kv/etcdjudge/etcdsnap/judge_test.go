@@ -2,6 +2,7 @@ package etcdsnap
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
@@ -213,6 +214,7 @@ func judge(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	t.Logf("inspect:\n%s", keel(t, "snapshot", "inspect", "--verify", file))
+	sameStatus(t, file)
 
 	k := startKeel(t)
 	t.Logf("restore: %s", keel(t, "snapshot", "restore", "--yes", "-addr", k.httpAddr, file))
@@ -227,6 +229,7 @@ func judge(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatalf("etcdutl snapshot restore of keel's export: %v", err)
 	}
+	sameStatus(t, out)
 	back := startEtcd(t, rcfg, raddr)
 	sameState(t, "etcd restored from keel's export", readState(t, back, compact, want.head), want)
 }
@@ -261,5 +264,27 @@ func TestLeaseIDsAboveKeelsBound(t *testing.T) {
 	r, err := k.c.Get(ctx, "", clientv3.WithFromKey())
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Key) != "plain" || r.Kvs[0].ModRevision != 3 {
 		t.Fatalf("after --skip-unholdable: %v %v; want plain alone, at revision 3", r, err)
+	}
+}
+
+// sameStatus: keel snapshot inspect prints what etcdutl snapshot status prints for the
+// same file (hash, revision, keys, size).
+func sameStatus(t *testing.T, file string) {
+	t.Helper()
+	want, err := etcdutl.NewV3(zap.NewNop()).Status(file)
+	if err != nil {
+		t.Fatalf("etcdutl snapshot status %s: %v", file, err)
+	}
+	var got struct {
+		Revision int64  `json:"revision"`
+		Keys     int    `json:"keys"`
+		EtcdHash string `json:"etcd_hash"`
+		DBSize   int64  `json:"db_size"`
+	}
+	if err := json.Unmarshal([]byte(keel(t, "snapshot", "inspect", "-o", "json", file)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision != want.Revision || got.Keys != want.TotalKey || got.EtcdHash != fmt.Sprintf("%x", want.Hash) || got.DBSize != want.TotalSize {
+		t.Errorf("inspect %s = %+v; etcdutl status %+v", file, got, want)
 	}
 }
