@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: test-metrics image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver
+.PHONY: test-metrics image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver test-etcdsnap
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -56,6 +56,13 @@ test-etcd:
 # KEEL_ETCD_DIFF_SEED=time for other seeds (a failure prints its seed).
 test-etcd-diff:
 	cd kv/etcdjudge/differential && $(GO) test -count=1 -timeout 10m ./...
+
+# kv/etcdjudge/etcdsnap is its own module (an embedded etcd 3.7 and etcdutl's restore):
+# a seeded etcd history → snapshot save → keel snapshot restore → every revision, a
+# watch from the compact revision and the leases as etcd answers; keel's export →
+# etcdutl snapshot restore → an etcd started from it answers the same (~40 s).
+test-etcdsnap:
+	cd kv/etcdjudge/etcdsnap && $(GO) test -count=1 -timeout 10m ./...
 
 # kv/etcdjudge/etcdctl is its own module (etcdctl 3.7 and an embedded etcd 3.7): one
 # scripted etcdctl session against keel and against a real etcd, answers compared
@@ -100,6 +107,7 @@ lint:
 	$(GO) vet -tags patroni ./chaos/patroni/ && staticcheck -tags patroni ./chaos/patroni/
 	cd kv/etcdjudge/differential && $(GO) vet ./... && staticcheck ./...
 	cd kv/etcdjudge/etcdctl && $(GO) vet ./... && staticcheck ./...
+	cd kv/etcdjudge/etcdsnap && $(GO) vet ./... && staticcheck ./...
 
 # Fault-injection scenarios over real keel processes and containers, each on the
 # backends it declares (~12 min). A run that cannot happen here (no Docker, no tmpfs)
