@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -129,5 +131,44 @@ func TestSnapshotEtcdImportExport(t *testing.T) {
 func TestImportLeaseIDBound(t *testing.T) {
 	if etcdsnap.MaxLeaseID != api.MaxLeaseID {
 		t.Fatalf("etcdsnap.MaxLeaseID %d, api.MaxLeaseID %d", int64(etcdsnap.MaxLeaseID), int64(api.MaxLeaseID))
+	}
+}
+
+// TestImportServerChecks: the cluster checks an import stream itself (a client that
+// skips the CLI's check): a key under keel's reserved prefix is a 400 naming it and
+// nothing changes; with skip_unholdable it is left out and the rest restored.
+func TestImportServerChecks(t *testing.T) {
+	addr := startCLINode(t, kv.ACLAllow)
+	cliUntil(t, "put", "-addr", addr, "before", "1")
+	var buf bytes.Buffer
+	sw := fsm.NewSnapshotWriter(&buf, 2, 0)
+	for _, k := range []string{"\x00keel/evil", "ok"} {
+		if err := sw.Key(fsm.KeyHistory{Key: []byte(k), Versions: []fsm.KeyValue{{Key: []byte(k), Value: []byte("v"), CreateRevision: 2, ModRevision: 2, Version: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sw.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New([]string{addr}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.ImportEtcdSnapshot(ctx, bytes.NewReader(buf.Bytes()), false); err == nil || !strings.Contains(err.Error(), `\x00keel/evil`) {
+		t.Fatalf("import of a reserved key = %v, want refused naming it", err)
+	}
+	if out, err := runCLI(t, "get", "-addr", addr, "before"); err != nil || !strings.Contains(out, "1") {
+		t.Fatalf("after a refused import: %q %v, want the old data", out, err)
+	}
+	res, err := c.ImportEtcdSnapshot(ctx, bytes.NewReader(buf.Bytes()), true)
+	if err != nil || res.Import == nil || res.Import.SkippedKeys != 1 || res.Import.Keys < 2 {
+		t.Fatalf("import with skip: %+v %v; want 1 skipped, ok and the cluster's records", res, err)
+	}
+	if out, err := runCLI(t, "get", "-addr", addr, "ok"); err != nil || !strings.Contains(out, "v") {
+		t.Fatalf("get ok: %q %v", out, err)
+	}
+	if _, err := runCLI(t, "get", "-addr", addr, "before"); err == nil {
+		t.Fatalf("a key of the old data survived the import")
 	}
 }
