@@ -60,7 +60,8 @@ test-etcd-diff:
 # kv/etcdjudge/etcdsnap is its own module (an embedded etcd 3.7 and etcdutl's restore):
 # a seeded etcd history → snapshot save → keel snapshot restore → every revision, a
 # watch from the compact revision and the leases as etcd answers; keel's export →
-# etcdutl snapshot restore → an etcd started from it answers the same (~40 s).
+# etcdutl snapshot restore → an etcd started from it answers the same; the same from
+# Debian's etcd 3.4 when /usr/bin/etcd is installed (~45 s).
 test-etcdsnap:
 	cd kv/etcdjudge/etcdsnap && $(GO) test -count=1 -timeout 10m ./...
 

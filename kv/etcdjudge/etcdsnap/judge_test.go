@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -202,10 +203,25 @@ func TestImportExportAgainstEtcd(t *testing.T) {
 	}
 }
 
+// TestImportFromEtcd34: the same import from Debian's etcd 3.4 (/usr/bin/etcd), when
+// it is installed: a file written by an older etcd (no storageVersion) imports the same.
+func TestImportFromEtcd34(t *testing.T) {
+	if _, err := os.Stat(etcd34); err != nil {
+		t.Skipf("%s not installed", etcd34)
+	}
+	judgeFrom(t, 3, func(t *testing.T, dir string) (*clientv3.Client, string) { return startEtcd34(t, dir) })
+}
+
 func judge(t *testing.T, seed uint64) {
+	judgeFrom(t, seed, func(t *testing.T, dir string) (*clientv3.Client, string) {
+		cfg, addr := etcdConfig(filepath.Join(dir, "etcd"), "src")
+		return startEtcd(t, cfg, addr), addr
+	})
+}
+
+func judgeFrom(t *testing.T, seed uint64, start func(*testing.T, string) (*clientv3.Client, string)) {
 	dir := t.TempDir()
-	cfg, addr := etcdConfig(filepath.Join(dir, "etcd"), "src")
-	src := startEtcd(t, cfg, addr)
+	src, addr := start(t, dir)
 	compact := writeHistory(t, src, seed, 400)
 	want := readState(t, src, compact, 0)
 

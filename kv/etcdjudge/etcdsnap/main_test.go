@@ -153,3 +153,44 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// etcd34 is Debian's etcd (3.4), a judge when installed.
+const etcd34 = "/usr/bin/etcd"
+
+// startEtcd34 runs Debian's etcd as a process with data in dir.
+func startEtcd34(t *testing.T, dir string) (*clientv3.Client, string) {
+	t.Helper()
+	client, peer := freeport.Addr(), freeport.Addr()
+	lf, err := os.Create(filepath.Join(dir, "etcd34.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(etcd34, "--name", "e34", "--data-dir", filepath.Join(dir, "etcd34"),
+		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
+		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
+		"--initial-cluster", "e34=http://"+peer)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); lf.Close() })
+	c, err := newClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Put(ctx, "ready", "1")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "etcd34.log"))
+			t.Fatalf("etcd 3.4 not ready: %v\n%s", err, log)
+		}
+	}
+	return c, client
+}
