@@ -92,8 +92,8 @@ func (w *writes) sync(ctx context.Context) error {
 	rev, err := w.b.revision(ctx)
 	if err != nil || rev == w.start {
 		// Nothing written since the session began: the watch starts in the future,
-		// and etcd answers no progress request of such a watch. (It starts at
-		// start+1: every revision up to start is already recorded.)
+		// and etcd answers no progress request of such a watch (it starts at
+		// start+1).
 		return err
 	}
 	for {
