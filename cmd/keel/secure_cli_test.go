@@ -19,7 +19,8 @@ import (
 )
 
 // localCommands talk to no node.
-var localCommands = []string{"agent", "dev", "tls ca create", "tls cert create", "tls gossip-key", "version", "docs man"}
+var localCommands = []string{"agent", "dev", "tls ca create", "tls cert create", "tls gossip-key", "version", "docs man",
+	"snapshot inspect"}
 
 // securedNode starts `keel agent` from the command line with TLS and the default
 // flags otherwise (ACLs deny, client certificates not mentioned), in dir, which holds
