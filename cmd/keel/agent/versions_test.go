@@ -185,11 +185,16 @@ func TestMixedSchemaCluster(t *testing.T) {
 		t.Errorf("mixed: condition = %+v, want False", cond)
 	}
 	// A write through a new node in the v2 API is stored in v1; the old node reads it.
+	// Until the leader has heard every voter's command format (just after the cluster
+	// forms) such a write is a retryable 503; it is served once it has.
 	var obj map[string]any
-	if code := apiCall(t, c.agents[1], "PUT", "/apis/apps/v2/widgets/a",
-		map[string]any{"spec": map[string]any{"replicas": 3}}, &obj); code != http.StatusCreated {
-		t.Fatalf("put a via g2 = %d", code)
-	}
+	waitFor(t, "put a via g2", 20*time.Second, func() error {
+		if code := apiCall(t, c.agents[1], "PUT", "/apis/apps/v2/widgets/a",
+			map[string]any{"spec": map[string]any{"replicas": 3}}, &obj); code != http.StatusCreated {
+			return fmt.Errorf("put a via g2 = %d", code)
+		}
+		return nil
+	})
 	view, err := c.agents[1].Node().View(context.Background(), fsm.Linearizable)
 	if err != nil {
 		t.Fatal(err)
