@@ -37,7 +37,10 @@ import (
 //     lists and watches;
 //   - on the etcd port, when the nodes serve it (attack_etcd.go): a RequestProgress
 //     flood, idle Watch and health streams over the client's bounds, a call with huge
-//     metadata, and the read-only token and another tenant's at the workload's leases.
+//     metadata, and the read-only token and another tenant's at the workload's leases;
+//     and (attack_bytes.go) on the etcd and HTTP ports, requests that announce more
+//     bytes than they send, over the client's budget, and on the HTTP port h2c
+//     watches over a connection's and a client's streams and a huge header list.
 //
 // After the run (attacker.check) nothing it tried may have changed anything: every
 // RPC was refused, the forged token does not authenticate, the ACL tokens and the
@@ -74,6 +77,8 @@ type attacker struct {
 	command []byte // the forged write, encoded
 	roToken string
 	etcd    *etcdAttack // nil: no etcd door
+	// watchPrefix is the workload's prefix (the h2c watches', attack_bytes.go).
+	watchPrefix string
 
 	tokensBefore, membersBefore []string
 

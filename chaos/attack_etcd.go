@@ -114,6 +114,7 @@ type etcdAttack struct {
 	samples           map[string]*nodeSample // node/pid
 	sampleErrs        int
 	goroutineReadings int
+	bytesAttack       // attack_bytes.go
 }
 
 type nodeSample struct {
@@ -182,6 +183,7 @@ func withToken(ctx context.Context, token string) context.Context {
 func (a *attacker) startEtcd(ctx context.Context, leases *Leases, prefix string) {
 	e := a.etcd
 	e.leases = leases
+	a.watchPrefix = prefix
 	a.sample(ctx) // the baseline of each node, before the attack
 	a.wg.Add(1)
 	go func() {
@@ -222,6 +224,7 @@ func (a *attacker) startEtcd(ctx context.Context, leases *Leases, prefix string)
 				a.idleStreams(ctx, id, addr)
 			}
 		}()
+		a.startBytes(ctx, id, delay)
 	}
 }
 

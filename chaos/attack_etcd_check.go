@@ -173,6 +173,7 @@ func (a *attacker) checkEtcd(ctx context.Context) []string {
 	if e.tenantControlsOK == 0 {
 		add("no control of the tenant's own lease succeeded: the lease calls proved nothing")
 	}
+	a.checkBytes(add)
 	switch {
 	case gone != nil:
 		add("%v", gone)

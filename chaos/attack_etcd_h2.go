@@ -92,25 +92,9 @@ type h2conn struct {
 // call starts a gRPC call of method with token and pad bytes of extra metadata and
 // sends msg; it returns the stream ID.
 func (h *h2conn) call(method, token string, pad int, msg proto.Message) (uint32, error) {
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":path", method}, {":authority", "keel"},
-		{"content-type", "application/grpc"}, {"te", "trailers"}, {rpctypes.TokenFieldNameGRPC, token},
-		{"x-pad", strings.Repeat("p", pad)}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
-	}
-	b := block.Bytes()
-	id := h.next
-	h.next += 2
-	n := min(len(b), 16384)
-	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:n], EndHeaders: n == len(b)}); err != nil {
+	id, err := h.headers(grpcFields(method, token, pad), false)
+	if err != nil {
 		return id, err
-	}
-	for b = b[n:]; len(b) > 0; b = b[n:] {
-		n = min(len(b), 16384)
-		if err := h.fr.WriteContinuation(id, n == len(b), b[:n]); err != nil {
-			return id, err
-		}
 	}
 	body, err := proto.Marshal(msg)
 	if err != nil {
@@ -122,6 +106,39 @@ func (h *h2conn) call(method, token string, pad int, msg proto.Message) (uint32,
 		return id, err
 	}
 	return id, h.w.Flush()
+}
+
+// grpcFields are the headers of a gRPC call of method with token and pad bytes of
+// extra metadata.
+func grpcFields(method, token string, pad int) [][2]string {
+	return [][2]string{{":method", "POST"}, {":scheme", "https"}, {":path", method}, {":authority", "keel"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}, {rpctypes.TokenFieldNameGRPC, token},
+		{"x-pad", strings.Repeat("p", pad)}}
+}
+
+// headers opens the next stream with fields (every one a literal: the block depends
+// on no earlier one), in a HEADERS frame and CONTINUATIONs, ending the stream when
+// end; it returns the stream ID. It does not flush.
+func (h *h2conn) headers(fields [][2]string, end bool) (uint32, error) {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
+	}
+	b := block.Bytes()
+	id := h.next
+	h.next += 2
+	n := min(len(b), 16384)
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:n], EndHeaders: n == len(b), EndStream: end}); err != nil {
+		return id, err
+	}
+	for b = b[n:]; len(b) > 0; b = b[n:] {
+		n = min(len(b), 16384)
+		if err := h.fr.WriteContinuation(id, n == len(b), b[:n]); err != nil {
+			return id, err
+		}
+	}
+	return id, nil
 }
 
 // answer reads frames until the server's verdict on stream id: served (headers without
