@@ -76,6 +76,7 @@ type bytesAttack struct {
 	bmu                                sync.Mutex
 	h2cPerConn                         []string // "node: served/asked" beyond a connection's bound
 	h2cPerNode                         map[string]int64
+	h2cOtherStatus                     map[string]int // the other answers, by status
 	hdrRefused, hdrServed              []string
 	hdrInconclusive                    int
 }
@@ -86,7 +87,7 @@ func (a *attacker) startBytes(ctx context.Context, id string, delay time.Duratio
 	if e.h2cPerNode == nil {
 		sub := a.c.cfg.Subnet
 		e.srcEtcdBytes, e.srcHTTPBytes, e.srcH2C = etcdAttackHost(sub, 2), etcdAttackHost(sub, 3), etcdAttackHost(sub, 4)
-		e.h2cPerNode = map[string]int64{}
+		e.h2cPerNode, e.h2cOtherStatus = map[string]int64{}, map[string]int{}
 	}
 	etcdAddr, httpAddr := a.c.EtcdAddr(id), a.c.HTTPAddr(id)
 	for _, f := range []func(){
@@ -391,6 +392,9 @@ func (a *attacker) h2cTally(f *h2flow) (served int64) {
 			e.h2cReset.Add(1)
 		default:
 			e.h2cOther.Add(1)
+			e.bmu.Lock()
+			e.h2cOtherStatus[st]++
+			e.bmu.Unlock()
 		}
 	}
 	e.h2cServed.Add(served)
@@ -436,9 +440,14 @@ func (a *attacker) hugeHeader(ctx context.Context, addr string) (served bool, ho
 	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	io.WriteString(h.w, http2.ClientPreface)
 	h.fr.WriteSettings()
+	// The pad in 1 KiB fields: the list is over the bound, not one field (x/net's
+	// decoder also bounds a string by the list's bound, and ends the connection).
 	get := func(pad int) (uint32, error) {
-		id, err := h.headers([][2]string{{":method", "GET"}, {":scheme", "https"}, {":path", api.PathHealth},
-			{":authority", "keel"}, {"x-pad", strings.Repeat("p", pad)}}, true)
+		fields := [][2]string{{":method", "GET"}, {":scheme", "https"}, {":path", api.PathHealth}, {":authority", "keel"}}
+		for i := 0; i < pad; i += 1 << 10 {
+			fields = append(fields, [2]string{fmt.Sprintf("x-pad-%d", i>>10), strings.Repeat("p", min(pad-i, 1<<10))})
+		}
+		id, err := h.headers(fields, true)
 		if err != nil {
 			return id, err
 		}
@@ -467,9 +476,9 @@ func (a *attacker) checkBytes(add func(string, ...any)) {
 		"HTTP PUTs announcing %d KiB, %d KiB sent: %d sent, %d refused (429), %d otherwise",
 		bytesSize>>10, bytesPart>>10, e.etcdCalls.Load(), e.etcdRefused.Load(), e.etcdEnded.Load(),
 		httpBytesSize>>10, httpBytesPart>>10, e.httpPuts.Load(), e.httpRefused.Load(), e.httpOther.Load())
-	a.logf("attacker: h2c: watches %d opened, %d served, %d refused (429), %d reset, %d other; served per node %v; "+
+	a.logf("attacker: h2c: watches %d opened, %d served, %d refused (429), %d reset, %d other %v; served per node %v; "+
 		"huge header list refused %q, served %q, %d tries inconclusive",
-		e.h2cOpened.Load(), e.h2cServed.Load(), e.h2cRefused.Load(), e.h2cReset.Load(), e.h2cOther.Load(), e.h2cPerNode,
+		e.h2cOpened.Load(), e.h2cServed.Load(), e.h2cRefused.Load(), e.h2cReset.Load(), e.h2cOther.Load(), e.h2cOtherStatus, e.h2cPerNode,
 		e.hdrRefused, e.hdrServed, e.hdrInconclusive)
 	if e.etcdRefused.Load() == 0 {
 		add("no etcd Put over the client's request bytes in flight was refused (%d opened): the attack proved nothing", e.etcdCalls.Load())
