@@ -35,7 +35,8 @@ import (
 //     announce httpBytesSize with Content-Length and send httpBytesPart: those over the
 //     budget are answered 429;
 //   - on the HTTP port, HTTP/2 with prior knowledge (h2c: the port's TLS carries no
-//     ALPN) on h2cStreams connections, a watch on every stream (the read-only token):
+//     ALPN) on h2cStreams connections, a watch on every stream (the read-only token's
+//     on the first, the tenant's on the others):
 //     the first connection asks more than the 1,024 streams a connection may carry,
 //     and all together more than the 2,500 connections and streams one client may
 //     hold, so some are reset and some answered 429;
@@ -348,7 +349,15 @@ func (a *attacker) h2cWatches(ctx context.Context, id, addr string) {
 		e.h2cPerNode[id] = max(e.h2cPerNode[id], served)
 		e.bmu.Unlock()
 	}()
-	for _, n := range h2cStreams {
+	for k, n := range h2cStreams {
+		// The read-only token's watches on the first connection, the tenant's on the
+		// others: each token keeps under the 2,000 watches it may hold of a node
+		// (-max-watches-per-token), so that the client's 2,500 streams are what the
+		// watches run into.
+		token, prefix := a.roToken, a.watchPrefix
+		if k > 0 {
+			token, prefix = e.tenantToken, tenantPrefix
+		}
 		c, stop, err := a.dialTLS(ctx, e.srcH2C, addr, nil)
 		if err != nil {
 			return
@@ -363,8 +372,8 @@ func (a *attacker) h2cWatches(ctx context.Context, id, addr string) {
 		for i := range n {
 			if f.write(func() error {
 				_, err := f.h.headers([][2]string{{":method", "GET"}, {":scheme", "https"},
-					{":path", fmt.Sprintf("%s%sk%d", api.PathWatch, a.watchPrefix, i%16)}, {":authority", "keel"},
-					{strings.ToLower(api.HeaderAuthorization), "Bearer " + a.roToken}}, true)
+					{":path", fmt.Sprintf("%s%sk%d", api.PathWatch, prefix, i%16)}, {":authority", "keel"},
+					{strings.ToLower(api.HeaderAuthorization), "Bearer " + token}}, true)
 				return err
 			}) != nil {
 				break
