@@ -224,7 +224,9 @@ func (a *attacker) startEtcd(ctx context.Context, leases *Leases, prefix string)
 				a.idleStreams(ctx, id, addr)
 			}
 		}()
-		a.startBytes(ctx, id, delay)
+		if i < bytesNodes {
+			a.startBytes(ctx, id, delay)
+		}
 	}
 }
 
