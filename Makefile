@@ -13,7 +13,7 @@ LDFLAGS   := -s -w -X github.com/keel-kv/keel/internal/buildinfo.Release=$(VERSI
 # work of v0.9.0 (a commit hash survives every clone that has the history).
 PREV_RELEASE ?= 85d08eb
 
-.PHONY: test-metrics image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver test-etcdsnap
+.PHONY: chaos-bytes test-metrics image-test test-patroni mutate build run test readme-test test-race bench bench-compare fuzz lint chaos chaos-etcd chaos-soak image clean old-release upgrade-test test-loadgen test-etcd test-etcd-diff test-etcdctl test-apiserver test-etcdsnap
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
@@ -137,6 +137,11 @@ chaos-etcd: build
 # them; KEEL_PATRONI_STRICT=1 fails instead of skipping without them). About 3 minutes.
 test-patroni: build
 	KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -tags patroni ./chaos/patroni/ -v
+
+# The TLS chaos scenario with #33's request-bytes and h2c attacks too (chaos/attack_bytes.go);
+# not in make chaos yet: one run in four failed a proxy check with them, cause not found.
+chaos-bytes: build
+	KEEL_CHAOS_BYTES=1 KEEL_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 6m -tags chaos ./chaos/ -run '^TestChaosTLS$$/^mixed$$' -v
 
 chaos-soak: build
 	KEEL_BIN=$(CURDIR)/$(BIN) KEEL_SOAK_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -tags chaos ./chaos/ -run TestSoak -v
