@@ -162,7 +162,8 @@ func TestTxnDeletePrefixPrevKVThenOps(t *testing.T) {
 	}
 }
 
-// keel's own records (under "\x00keel/") are neither visible nor writable.
+// keel's own records (under "\x00keel/") are neither visible nor writable; a delete
+// over them and other keys deletes the others.
 func TestReservedKeysInvisible(t *testing.T) {
 	c, ctx := newClient(t), testCtx(t)
 	all, err := c.Get(ctx, "", clientv3.WithPrefix())
@@ -177,8 +178,22 @@ func TestReservedKeysInvisible(t *testing.T) {
 	if _, err := c.Put(ctx, "\x00keel/acl/bootstrap", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("put of a keel record: %v, want %v", err, rpctypes.ErrPermissionDenied)
 	}
-	if _, err := c.Delete(ctx, "", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
-		t.Fatalf("delete of everything (keel's records too): %v, want %v", err, rpctypes.ErrPermissionDenied)
+	if _, err := c.Delete(ctx, "\x00keel/", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("delete of keel's records: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	// A delete over keel's records and other keys deletes the others and leaves the
+	// records: the members' client URLs (keel records) still answer MemberList. (The
+	// range stays below every other test's keys: "" --from-key would wipe them too.)
+	if _, err := c.Put(ctx, "\x00judge", "x"); err != nil {
+		t.Fatal(err)
+	}
+	del, err := c.Delete(ctx, "\x00", clientv3.WithRange("\x01"))
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("delete over keel's records and a key of ours: %v, %v; want our key deleted alone", del, err)
+	}
+	ml, err := c.MemberList(ctx)
+	if err != nil || len(ml.Members) == 0 || len(ml.Members[0].ClientURLs) == 0 {
+		t.Fatalf("member list after the delete around keel's records: %v, %v", ml, err)
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 )
 
 // A typed resource's keys (written through /apis) are invisible through the etcd
-// door, and neither writable nor deletable there (kills: reads or watches not hiding
-// reserved keys).
+// door, and neither writable nor deletable there: a delete over them and other keys
+// deletes the others (kills: reads or watches not hiding reserved keys).
 func TestTypedResourcesInvisible(t *testing.T) {
 	schema, err := filepath.Abs("../../docs/examples/widgets-v1.yaml")
 	if err != nil {
@@ -66,7 +66,21 @@ func TestTypedResourcesInvisible(t *testing.T) {
 	if _, err := c.Put(ctx, "/registry/apps/widgets/w2", "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("put under a resource prefix: %v, want %v", err, rpctypes.ErrPermissionDenied)
 	}
-	if _, err := c.Delete(ctx, "/registry/", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
-		t.Fatalf("delete over a resource prefix: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	if _, err := c.Delete(ctx, "/registry/apps/widgets/", clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("delete of a resource prefix alone: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
+	// A delete over the prefix and other keys deletes the others (one revision); the
+	// typed resource stays.
+	del, err := c.Delete(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("delete over a resource prefix: %v, %v; want /registry/visible deleted alone", del, err)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + n.httpAddr + "/apis/apps/v1/widgets/w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the typed resource after the delete around it: %d, want 200", resp.StatusCode)
 	}
 }
