@@ -55,8 +55,9 @@ import (
 // once to both servers and checks that etcd serves it and keel refuses it as the
 // documentation says:
 //
-//   - non-UTF-8 keys, keys under "\x00keel/" and deletes or compares over ranges that
-//     overlap them: keel refuses them. Every key the generator writes is ASCII under
+//   - non-UTF-8 keys, keys under "\x00keel/", compares over ranges that overlap them
+//     and deletes of ranges wholly under them: keel refuses them (a delete over them
+//     and other keys deletes the others). Every key the generator writes is ASCII under
 //     the sequence's prefix, and "from key on" ranges start there ("\x00keel/" sorts
 //     before every prefix);
 //   - a Range or DeleteRange whose end does not sort after its key: every generated
