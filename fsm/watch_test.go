@@ -374,8 +374,8 @@ func TestWatchRandomizedAgainstModel(t *testing.T) {
 	const writes = 3000
 	var compactedTo int64
 	compactions := map[int64]bool{} // every compact revision; written by this goroutine, read after wg.Wait
-	var final atomic.Int64 // the last revision, once every write is applied
-	var mu sync.Mutex      // guards compactedTo
+	var final atomic.Int64          // the last revision, once every write is applied
+	var mu sync.Mutex               // guards compactedTo
 	var wg sync.WaitGroup
 	type result struct {
 		lo, hi  string
