@@ -1,0 +1,10 @@
+// Package kubernetes is a judge of keel's etcd door nobody here wrote: Kubernetes'
+// own integration tests (k8s.io/kubernetes/test/integration/...), each package built
+// with `go test -c` from the published k8s.io/kubernetes module and run as a
+// subprocess whose in-process kube-apiserver stores everything in a real 3-node keel
+// cluster (through a follower's etcd door), and, as the control, in Debian's etcd 3.4.
+//
+// Which packages run, and every test skipped or changed with its reason, are in
+// judge_test.go's judges table and README.md. It is a module of its own so that
+// keel's go.mod never pulls Kubernetes; `make test-kubernetes` runs it.
+package kubernetes
