@@ -81,6 +81,7 @@ func (j judge) run(t *testing.T, bin, door string) {
 	if len(j.skip) > 0 {
 		var pats []string
 		for _, s := range j.skip {
+			t.Logf("skipping %s: %s", s.pattern, s.reason)
 			pats = append(pats, s.pattern)
 		}
 		args = append(args, "-test.skip", strings.Join(pats, "|"))
