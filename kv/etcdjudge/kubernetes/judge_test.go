@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 type judge struct {
 	pkg     string        // under k8s.io/kubernetes/test/integration/
 	skip    []skipped     // tests not run, each with its reason (README.md lists them too)
+	skip34  []skipped     // tests not run on the etcd 3.4 control only
 	fixture bool          // needs k8s.io/api's serialization fixtures at ../../../staging/src/k8s.io/api/testdata
 	timeout time.Duration // for the whole package (the binary's -test.timeout)
 }
@@ -28,7 +30,13 @@ type skipped struct {
 // judges are the packages run, in order; README.md explains each choice.
 var judges = []judge{
 	{pkg: "storageversion", timeout: 10 * time.Minute},
-	{pkg: "storageversionmigrator", timeout: 20 * time.Minute},
+	{pkg: "storageversionmigrator", timeout: 20 * time.Minute, skip34: []skipped{{
+		pattern: "^TestStorageVersionMigration$",
+		reason: "on Debian's etcd 3.4.23 the secrets migration stays Running until the test's 5-min " +
+			"poll ends (keel passes it); probable cause: 3.4.23 predates 3.4.31, so kube-apiserver turns " +
+			"RequestWatchProgress off (it logs so) and the migrator's wait for the garbage collector's " +
+			"informer to reach the migration's resourceVersion is not sped up by progress notifications",
+	}}},
 	{pkg: "etcd", fixture: true, timeout: 20 * time.Minute},
 }
 
@@ -45,7 +53,7 @@ func TestKubernetesIntegration(t *testing.T) {
 		}
 		t.Run(j.pkg, func(t *testing.T) {
 			bin := k8sTestBinary(t, j.pkg)
-			t.Run("keel3", func(t *testing.T) { j.run(t, bin, startKeelCluster(t)) })
+			t.Run("keel3", func(t *testing.T) { j.run(t, bin, startKeelCluster(t), j.skip) })
 			t.Run("etcd34", func(t *testing.T) {
 				if _, err := os.Stat(etcd34); err != nil {
 					if os.Getenv("KEEL_K8S_STRICT") == "1" {
@@ -53,15 +61,16 @@ func TestKubernetesIntegration(t *testing.T) {
 					}
 					t.Skipf("no control run: %v (apt-get install etcd-server; KEEL_K8S_STRICT=1 fails instead)", err)
 				}
-				j.run(t, bin, startEtcd34(t))
+				j.run(t, bin, startEtcd34(t), slices.Concat(j.skip, j.skip34))
 			})
 		})
 	}
 }
 
-// run runs the package's test binary with its kube-apiserver's storage at the etcd
-// client address door, and fails the test when the binary fails or did not use door.
-func (j judge) run(t *testing.T, bin, door string) {
+// run runs the package's test binary, less the skip tests, with its kube-apiserver's
+// storage at the etcd client address door, and fails the test when the binary fails
+// or did not use door.
+func (j judge) run(t *testing.T, bin, door string, skip []skipped) {
 	url := "http://" + door
 	dir := t.TempDir()
 	if j.fixture {
@@ -78,9 +87,9 @@ func (j judge) run(t *testing.T, bin, door string) {
 	}
 	defer lf.Close()
 	args := []string{"-test.v", "-test.timeout", j.timeout.String()}
-	if len(j.skip) > 0 {
+	if len(skip) > 0 {
 		var pats []string
-		for _, s := range j.skip {
+		for _, s := range skip {
 			t.Logf("skipping %s: %s", s.pattern, s.reason)
 			pats = append(pats, s.pattern)
 		}
