@@ -81,8 +81,10 @@ test-apiserver:
 # Kubernetes' own integration test packages (storageversion, storageversionmigrator,
 # etcd), each built with go test -c, run against a follower of a 3-node keel and
 # against Debian's etcd 3.4 (skipped without /usr/bin/etcd unless KEEL_K8S_STRICT=1);
-# its README lists every skip. Cost on 2 cores: the first go test -c with an empty build
-# cache took 15 min (26 CPU-min); storageversion then runs in 2 min (keel and etcd 3.4).
+# its README lists every skip. Cost on a shared 2-core box: with an empty build cache
+# the three go test -c take ~28 min (storageversion 15, storageversionmigrator 12,
+# etcd 1); warm, ~1 min of linking each. The runs, keel then etcd 3.4 for each
+# package, take ~20 min more (storageversion 2, storageversionmigrator ~10, etcd ~8).
 # KEEL_K8S_PKGS=regexp picks packages; KEEL_K8S_BIN_DIR reuses (or keeps) the binaries.
 test-kubernetes:
 	cd kv/etcdjudge/kubernetes && $(GO) test -count=1 -timeout 150m ./... -v
