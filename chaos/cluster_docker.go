@@ -269,9 +269,9 @@ func (c *DockerCluster) identify(remote, _ net.Addr) string {
 
 // Unidentified counts proxied connections whose dialing container could not be found
 // (link faults could not apply to them); 0 without proxies.
-func (c *DockerCluster) Unidentified() int {
+func (c *DockerCluster) Unidentified() []string {
 	if c.proxy == nil {
-		return 0
+		return nil
 	}
 	return c.proxy.Unidentified()
 }

@@ -215,7 +215,7 @@ func (c *ProcCluster) Network() *Network { return c.net }
 
 // Unidentified counts proxied connections whose dialing node could not be found (link
 // faults could not apply to them).
-func (c *ProcCluster) Unidentified() int { return c.net.Unidentified() }
+func (c *ProcCluster) Unidentified() []string { return c.net.Unidentified() }
 
 // Net implements Cluster.
 func (c *ProcCluster) Net() NetFaults { return c.net }
@@ -399,6 +399,7 @@ func (c *ProcCluster) identify(remote, local net.Addr) string {
 	case !found:
 		return SourceGone
 	}
+	c.cfg.Logf("proxy: unidentified raft connection %s -> %s: its socket is owned by none of the running nodes (pids %v)", ra, la, pids)
 	return ""
 }
 

@@ -50,7 +50,7 @@ type Network struct {
 		links   map[link]LinkFault
 		conns   map[*proxyConn]struct{}
 		proxies map[string]*Proxy
-		unknown int // accepted connections whose source could not be identified
+		unknown []string // accepted connections whose source could not be identified: "remote -> local"
 	}
 }
 
@@ -149,12 +149,13 @@ func (n *Network) Heal() error {
 	return nil
 }
 
-// Unidentified is how many proxied connections came from an unknown source (faults
-// on links cannot apply to them).
-func (n *Network) Unidentified() int {
+// Unidentified lists the proxied connections that came from an unknown source (faults
+// on links cannot apply to them), each as "remote -> local" (source, then the proxy's
+// address it reached).
+func (n *Network) Unidentified() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.mu.unknown
+	return append([]string(nil), n.mu.unknown...)
 }
 
 // Close stops every proxy and closes every proxied connection.
@@ -238,7 +239,7 @@ func (p *Proxy) handle(client net.Conn) {
 	c := &proxyConn{net: p.net, src: src, dst: p.dst, a: client, b: server, done: make(chan struct{})}
 	p.net.mu.Lock()
 	if src == "" {
-		p.net.mu.unknown++
+		p.net.mu.unknown = append(p.net.mu.unknown, client.RemoteAddr().String()+" -> "+client.LocalAddr().String())
 	}
 	p.net.mu.conns[c] = struct{}{}
 	p.net.mu.Unlock()

@@ -269,8 +269,10 @@ func afterFaults(ctx context.Context, c Cluster, h *History, w Workload, logf fu
 	}
 	// A connection the proxy could not attribute escapes link faults; that matters only
 	// when the run injects them (a node starting or stopping can leave one otherwise).
-	if u, ok := c.(interface{ Unidentified() int }); ok && linkFaults && u.Unidentified() > 0 {
-		problems = append(problems, fmt.Sprintf("%d proxied raft connections came from an unidentified source: link faults did not apply to them", u.Unidentified()))
+	if u, ok := c.(interface{ Unidentified() []string }); ok && linkFaults && len(u.Unidentified()) > 0 {
+		from := u.Unidentified()
+		problems = append(problems, fmt.Sprintf("%d proxied raft connections came from an unidentified source (not a node's IP, and no running node's socket; source -> proxy: %s): link faults did not apply to them",
+			len(from), strings.Join(from[:min(len(from), 8)], ", ")))
 	}
 	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	states, err := ReadNodeStates(nctx, c)

@@ -15,10 +15,20 @@ import (
 // /proc/net/tcp's socket inode against each process's open files. It needs no
 // privileges for processes of the same user. found is false when no such socket
 // exists (any more).
+//
+// The dialer may close its socket while the files are scanned (a node's dial that
+// timed out, a process killed): the inode is then in /proc/net/tcp but in no file
+// table. So a miss looks the socket up again, and reports it gone when it has no file
+// any more (an orphaned socket's inode reads 0) rather than owned by nobody of pids.
+// On a node with a thousand attack connections open the scan is long enough for
+// this to happen (chaos/attack_bytes.go).
 func socketOwner(local, remote *net.TCPAddr, pids []int) (pid int, found, ok bool) {
 	inode, found := socketInode(local, remote)
 	if !found {
 		return 0, false, false
+	}
+	if afterSocketLookup != nil {
+		afterSocketLookup()
 	}
 	want := fmt.Sprintf("socket:[%d]", inode)
 	for _, pid := range pids {
@@ -33,8 +43,15 @@ func socketOwner(local, remote *net.TCPAddr, pids []int) (pid int, found, ok boo
 			}
 		}
 	}
+	if again, still := socketInode(local, remote); !still || again != inode {
+		return 0, false, false
+	}
 	return 0, true, false
 }
+
+// afterSocketLookup, when set (tests), runs between finding a socket's inode and
+// scanning the processes' files for it.
+var afterSocketLookup func()
 
 // socketInode looks the socket up in /proc/net/tcp (IPv4 only: the harness uses
 // 127.0.0.0/8).
