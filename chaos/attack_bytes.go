@@ -47,9 +47,12 @@ import (
 //     with 1 KiB on the same connection that must be served: the node refuses the
 //     second (its header list is bounded at 16 KiB).
 //
-// They run only with KEEL_CHAOS_BYTES=1 (make chaos-bytes), not yet in make chaos: with
-// them the TLS scenario failed 1 run in 4 here on the proxy's "proxied raft connections
-// came from an unidentified source" check (0 in 1 without them), cause not found.
+// They run only with KEEL_CHAOS_BYTES=1 (make chaos-bytes), not yet in make chaos. The
+// proxy check they used to fail ("proxied raft connections came from an unidentified
+// source") was a race in socketOwner, fixed; but on a 2-core box at load ~20, 4 of 5
+// runs failed their own checks (no etcd Put refused, 0 of 300-450 answered; the
+// kept-alive lease's PermissionDenied never seen; the workload's floors), so they are
+// not yet shown reliable enough for make chaos.
 //
 // checkBytes then asks that each attack was refused at least once (they proved
 // something), that no connection carried more than 1,024 watches and no node more
