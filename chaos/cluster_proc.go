@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -399,8 +400,28 @@ func (c *ProcCluster) identify(remote, local net.Addr) string {
 	case !found:
 		return SourceGone
 	}
-	c.cfg.Logf("proxy: unidentified raft connection %s -> %s: its socket is owned by none of the running nodes (pids %v)", ra, la, pids)
+	owner, _, _ := socketOwner(ra, la, allPids())
+	c.cfg.Logf("proxy: unidentified raft connection %s -> %s: its socket is owned by none of the running nodes (pids %v) but by pid %d (%q)",
+		ra, la, pids, owner, procCmdline(owner))
 	return ""
+}
+
+// allPids lists every process's ID (diagnostics: who else dialed a proxy).
+func allPids() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procCmdline is pid's command line, "" when it is gone.
+func procCmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
 }
 
 // Members implements Cluster.
