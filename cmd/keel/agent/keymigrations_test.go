@@ -191,13 +191,46 @@ func keyStep(t *testing.T, a *Agent, step string, to *int) (int, string) {
 	return code, e.Reason + ": " + e.Message
 }
 
+// keyStatus reads the key migration's status on a, asking again for up to 15 s while a
+// answers 503: the status is a linearizable read, refused while a has no leader, and
+// the test clusters' 300 ms heartbeats see elections on a loaded machine.
 func keyStatus(t *testing.T, a *Agent) api.KeyMigrationStatus {
 	t.Helper()
-	var st api.KeyMigrationStatus
-	if code := apiCall(t, a, "GET", api.PathKeyMigrations+"/"+keyMig, nil, &st); code != http.StatusOK {
-		t.Fatalf("GET key migration = %d", code)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var st api.KeyMigrationStatus
+		code := apiCall(t, a, "GET", api.PathKeyMigrations+"/"+keyMig, nil, &st)
+		if code == http.StatusOK {
+			return st
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("GET key migration = %d", code)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return st
+}
+
+// rollbackTo posts a rollback to phase to and fails the test unless it is taken. A 503
+// or 504 (a leadership change under load refused it, or left it unknown) is retried
+// for up to 15 s unless the status shows that the rollback landed: phase to, or phase
+// 4 rolling back to to.
+func (c *gossipCluster) rollbackTo(to int) {
+	c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, why := keyStep(c.t, c.anyAgent(), "rollback", &to)
+		if code == http.StatusOK {
+			return
+		}
+		if (code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout) || time.Now().After(deadline) {
+			c.t.Fatalf("rollback to %d = %d %s", to, code, why)
+		}
+		st := keyStatus(c.t, c.anyAgent())
+		if st.Phase == to || (st.RollbackTo != nil && *st.RollbackTo == to) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // advanceTo advances to phase `to` once the cluster allows it (members catching up,
@@ -277,7 +310,7 @@ func TestKeyMigrationWalk(t *testing.T) {
 	// Objects from before the migration, which only the copy moves.
 	const seeds = 150
 	for i := range seeds {
-		if code := putCode(c.agents[i%2], fmt.Sprintf("/apis/apps/v1/widgets/seed-%d", i), `{"spec":{"size":1}}`); code != http.StatusCreated {
+		if code := putCodeThroughElections(t, c.agents[i%2], fmt.Sprintf("/apis/apps/v1/widgets/seed-%d", i), `{"spec":{"size":1}}`); code != http.StatusCreated && code != http.StatusOK {
 			t.Fatalf("seed %d = %d", i, code)
 		}
 	}
@@ -335,9 +368,7 @@ func TestKeyMigrationWalk(t *testing.T) {
 	c.advanceTo(2, walkTimeout)
 	restart(1)
 	// Rollback from 2 is immediate.
-	if code, why := keyStep(t, c.anyAgent(), "rollback", &one); code != http.StatusOK {
-		t.Fatalf("rollback 2 → 1 = %d %s", code, why)
-	}
+	c.rollbackTo(1)
 	c.advanceTo(2, walkTimeout)
 	c.advanceTo(3, walkTimeout)
 	restart(2)
@@ -351,10 +382,7 @@ func TestKeyMigrationWalk(t *testing.T) {
 	}
 	restart(c.leaderIndex())
 	// Rollback from 4 copies new keys back first, then lands on 3.
-	three := 3
-	if code, why := keyStep(t, c.anyAgent(), "rollback", &three); code != http.StatusOK {
-		t.Fatalf("rollback 4 → 3 = %d %s", code, why)
-	}
+	c.rollbackTo(3)
 	waitFor(t, "rollback to 3 done", walkTimeout, func() error {
 		if st := keyStatus(t, c.anyAgent()); st.Phase != 3 || st.RollbackTo != nil {
 			return fmt.Errorf("phase %d rollbackTo %v", st.Phase, st.RollbackTo)
