@@ -191,6 +191,21 @@ func keyStep(t *testing.T, a *Agent, step string, to *int) (int, string) {
 	return code, e.Reason + ": " + e.Message
 }
 
+// keyStepThroughElections is keyStep asked again for up to 15 s while a answers 503:
+// nothing was applied (no leader to check the phase record against). For steps the
+// test expects refused, so a 504 (outcome unknown) cannot arise from them.
+func keyStepThroughElections(t *testing.T, a *Agent, step string, to *int) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, why := keyStep(t, a, step, to)
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return code, why
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // keyStatus reads the key migration's status on a, asking again for up to 15 s while a
 // answers 503: the status is a linearizable read, refused while a has no leader, and
 // the test clusters' 300 ms heartbeats see elections on a loaded machine.
@@ -210,10 +225,11 @@ func keyStatus(t *testing.T, a *Agent) api.KeyMigrationStatus {
 	}
 }
 
-// rollbackTo posts a rollback to phase to and fails the test unless it is taken. A 503
-// or 504 (a leadership change under load refused it, or left it unknown) is retried
-// for up to 15 s unless the status shows that the rollback landed: phase to, or phase
-// 4 rolling back to to.
+// rollbackTo posts a rollback to phase to and fails the test unless it is taken. An
+// answer other than 200 is fine when the status shows that the rollback landed (phase
+// to, or phase 4 rolling back to to): a 504 leaves the outcome unknown and the entry
+// may commit after the answer, so a retry can be refused because it did. A 503 or 504
+// (a leadership change under load) is otherwise retried for up to 15 s.
 func (c *gossipCluster) rollbackTo(to int) {
 	c.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -222,12 +238,12 @@ func (c *gossipCluster) rollbackTo(to int) {
 		if code == http.StatusOK {
 			return
 		}
-		if (code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout) || time.Now().After(deadline) {
-			c.t.Fatalf("rollback to %d = %d %s", to, code, why)
-		}
 		st := keyStatus(c.t, c.anyAgent())
 		if st.Phase == to || (st.RollbackTo != nil && *st.RollbackTo == to) {
 			return
+		}
+		if (code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout) || time.Now().After(deadline) {
+			c.t.Fatalf("rollback to %d = %d %s", to, code, why)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -320,18 +336,18 @@ func TestKeyMigrationWalk(t *testing.T) {
 		t.Errorf("advance of an unknown migration = %d, want 404", code)
 	}
 	two, one := 2, 1
-	if code, why := keyStep(t, c.agents[0], "advance", &two); code != http.StatusConflict || !strings.Contains(why, "skips phase 1") {
+	if code, why := keyStepThroughElections(t, c.agents[0], "advance", &two); code != http.StatusConflict || !strings.Contains(why, "skips phase 1") {
 		t.Errorf("advance 0 → 2 = %d %s, want 409 naming the skipped phase", code, why)
 	}
-	if code, _ := keyStep(t, c.agents[0], "rollback", nil); code != http.StatusBadRequest {
+	if code, _ := keyStepThroughElections(t, c.agents[0], "rollback", nil); code != http.StatusBadRequest {
 		t.Errorf("rollback without to = %d, want 400", code)
 	}
-	if code, why := keyStep(t, c.agents[0], "rollback", &one); code != http.StatusConflict || !strings.Contains(why, "not before") {
+	if code, why := keyStepThroughElections(t, c.agents[0], "rollback", &one); code != http.StatusConflict || !strings.Contains(why, "not before") {
 		t.Errorf("rollback 0 → 1 = %d %s, want 409", code, why)
 	}
 	// The older release blocks the step, saying so.
 	time.Sleep(time.Second) // gossip carries every node's announcement
-	if code, why := keyStep(t, c.agents[0], "advance", nil); code != http.StatusConflict ||
+	if code, why := keyStepThroughElections(t, c.agents[0], "advance", nil); code != http.StatusConflict ||
 		!strings.Contains(why, "g3") || !strings.Contains(why, "does not support key migration "+keyMig) {
 		t.Fatalf("advance with an older member = %d %s, want 409 naming g3", code, why)
 	}
