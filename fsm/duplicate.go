@@ -72,11 +72,21 @@ func checkDuplicates(t *Txn, etcd bool) error {
 
 type dupChecker struct{ etcd bool }
 
+// dupSite is where a write sits: the op at index i of the level at path. Its name
+// ("success[0] (put \"k\")") is built only for a refusal: the check runs on every
+// transaction, nearly all of which it admits.
+type dupSite struct {
+	path string
+	i    int
+	op   Op
+}
+
+func (s dupSite) String() string { return fmt.Sprintf("%s[%d] (%s)", s.path, s.i, describeOp(s.op)) }
+
 // dupDel is one delete seen: the keys [begin, end) (end nil: no bound), and where.
 type dupDel struct {
 	begin, end []byte
-	path       string
-	op         Op
+	at         dupSite
 }
 
 func (d dupDel) covers(k string) bool {
@@ -86,20 +96,20 @@ func (d dupDel) covers(k string) bool {
 // level is etcd's checkIntervals for the ops at path: the puts and deletes of the level
 // and of its nesting. A level holds at most MaxTxnOps ops, so a linear scan of the
 // deletes per put is cheap.
-func (c dupChecker) level(ops []Op, path string) (map[string]string, []dupDel, error) {
+func (c dupChecker) level(ops []Op, path string) (map[string]dupSite, []dupDel, error) {
 	var dels []dupDel
 	for i, op := range ops {
-		p := fmt.Sprintf("%s[%d]", path, i)
+		at := dupSite{path: path, i: i, op: op}
 		switch {
 		case op.Type == OpDelete:
-			dels = append(dels, dupDel{begin: op.Key, end: append(bytes.Clone(op.Key), 0), path: p, op: op})
+			dels = append(dels, dupDel{begin: op.Key, end: append(bytes.Clone(op.Key), 0), at: at})
 		case op.Type == OpDeleteRange && len(op.End) > 0:
-			dels = append(dels, dupDel{begin: op.Key, end: op.End, path: p, op: op})
+			dels = append(dels, dupDel{begin: op.Key, end: op.End, at: at})
 		case op.Type == OpDeleteRange && !c.etcd:
-			dels = append(dels, dupDel{begin: op.Key, path: p, op: op})
+			dels = append(dels, dupDel{begin: op.Key, at: at})
 		}
 	}
-	puts := map[string]string{} // key -> where it is put
+	puts := map[string]dupSite{} // key -> where it is put
 	for i, op := range ops {
 		if op.Type != OpTxn || op.Txn == nil {
 			continue
@@ -134,29 +144,29 @@ func (c dupChecker) level(ops []Op, path string) (map[string]string, []dupDel, e
 		if op.Type != OpPut {
 			continue
 		}
-		k, p := string(op.Key), fmt.Sprintf("%s[%d] (%s)", path, i, describeOp(op))
-		if err := c.clash(k, p, puts, dels); err != nil {
+		k, at := string(op.Key), dupSite{path: path, i: i, op: op}
+		if err := c.clash(k, at, puts, dels); err != nil {
 			return nil, nil, err
 		}
-		puts[k] = p
+		puts[k] = at
 	}
 	return puts, dels, nil
 }
 
 // clash refuses a put of k at where if k is already put or deleted.
-func (c dupChecker) clash(k, where string, puts map[string]string, dels []dupDel) error {
+func (c dupChecker) clash(k string, where dupSite, puts map[string]dupSite, dels []dupDel) error {
 	if other, ok := puts[k]; ok {
 		return fmt.Errorf("%w: key %q: %s and %s both write it", ErrDuplicateKey, k, other, where)
 	}
 	for _, d := range dels {
 		if d.covers(k) {
-			return fmt.Errorf("%w: key %q: %s (%s) and %s both write it", ErrDuplicateKey, k, d.path, describeOp(d.op), where)
+			return fmt.Errorf("%w: key %q: %s and %s both write it", ErrDuplicateKey, k, d.at, where)
 		}
 	}
 	return nil
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys(m map[string]dupSite) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
