@@ -60,16 +60,34 @@ func (s *Server) AdmitBytes(addr string, n int64) (release func(), err error) {
 		}
 		rb.clients[src] += n
 	}
-	return sync.OnceFunc(func() {
-		rb.mu.Lock()
-		defer rb.mu.Unlock()
-		rb.node -= n
-		if maxClient > 0 {
-			if rb.clients[src] -= n; rb.clients[src] <= 0 {
-				delete(rb.clients, src)
-			}
+	h := &heldBytes{rb: rb, src: src, n: n, perClient: maxClient > 0}
+	return h.release, nil
+}
+
+// heldBytes are the bytes one admitted request holds (cheaper per request than
+// sync.OnceFunc).
+type heldBytes struct {
+	rb        *requestBytes
+	src       string
+	n         int64
+	perClient bool
+	given     bool // guarded by rb.mu: released, so a second release is a no-op
+}
+
+func (h *heldBytes) release() {
+	rb := h.rb
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if h.given {
+		return
+	}
+	h.given = true
+	rb.node -= h.n
+	if h.perClient {
+		if rb.clients[h.src] -= h.n; rb.clients[h.src] <= 0 {
+			delete(rb.clients, h.src)
 		}
-	}), nil
+	}
 }
 
 // RequestBytesInFlight is the bytes of request bodies the node holds now, and those

@@ -49,23 +49,35 @@ func (e *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 	return withCallSlot(ctx, func() { e.core.ReleaseRequest(src) }), nil
 }
 
-// callSlot is the slot tap took for a call. The call's stream holds it until its
-// context ends, and the call's handler while it runs: a client that resets its calls
-// (HTTP/2's rapid reset) gets a slot back only once its handler has returned, so it
-// never runs more handlers than it has slots.
+// callSlot is the slot tap took for a call, and the call's context (its parent's,
+// carrying the slot: one allocation a call, not two). The call's stream holds it until
+// its context ends, and the call's handler while it runs: a client that resets its
+// calls (HTTP/2's rapid reset) gets a slot back only once its handler has returned, so
+// it never runs more handlers than it has slots.
 type callSlot struct {
+	context.Context
 	mu      sync.Mutex
 	holders int // the stream, and the handler while it runs; 0: given back
 	release func()
+	dropFn  func() // drop, made once for every holder
 }
 
 type callSlotKey struct{}
 
+// Value is the slot for callSlotKey, the parent's value for any other key.
+func (c *callSlot) Value(key any) any {
+	if key == (callSlotKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
 // withCallSlot is ctx, the call's context, holding a slot that release gives back.
 func withCallSlot(ctx context.Context, release func()) context.Context {
-	c := &callSlot{holders: 1, release: release}
-	context.AfterFunc(ctx, c.drop)
-	return context.WithValue(ctx, callSlotKey{}, c)
+	c := &callSlot{Context: ctx, holders: 1, release: release}
+	c.dropFn = c.drop
+	context.AfterFunc(ctx, c.dropFn)
+	return c
 }
 
 // holdCallSlot holds the slot of ctx's call while its handler runs, until drop; ok is
@@ -82,7 +94,7 @@ func holdCallSlot(ctx context.Context) (drop func(), ok bool) {
 		return nil, false
 	}
 	c.holders++
-	return c.drop, true
+	return c.dropFn, true
 }
 
 func (c *callSlot) drop() {

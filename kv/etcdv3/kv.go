@@ -77,9 +77,11 @@ func pageOnly(r *pb.RangeRequest) bool {
 
 // etcdKeyValues converts kvs to etcd's form.
 func etcdKeyValues(kvs []fsm.KeyValue, keysOnly bool) []*mvccpb.KeyValue {
-	out := make([]*mvccpb.KeyValue, 0, len(kvs))
-	for _, kv := range kvs {
-		out = append(out, etcdKeyValue(kv, keysOnly))
+	out := make([]*mvccpb.KeyValue, len(kvs))
+	vals := make([]mvccpb.KeyValue, len(kvs)) // one allocation for every key
+	for i, kv := range kvs {
+		setKeyValue(&vals[i], kv, keysOnly)
+		out[i] = &vals[i]
 	}
 	return out
 }
@@ -89,7 +91,13 @@ func etcdKeyValues(kvs []fsm.KeyValue, keysOnly bool) []*mvccpb.KeyValue {
 // etcd's revision filters, sort, limit, keys_only and count_only apply. cut says the keys came from a get that its limit cut (a transaction's get):
 // an answer that needs every key (a sort, a filter, a count) is then refused.
 func (e *Server) shapeRange(r *pb.RangeRequest, kvs []fsm.KeyValue, cut bool) (*pb.RangeResponse, error) {
-	kvs = slices.DeleteFunc(slices.Clone(kvs), func(kv fsm.KeyValue) bool { return e.core.Hidden(kv.Key) })
+	hidden := func(kv fsm.KeyValue) bool { return e.core.Hidden(kv.Key) }
+	// The keys are dropped and sorted in place, in a copy (kvs is the core's) made only
+	// when some are: a plain range in key order, the most common, copies none.
+	if hasRevisionFilters(r) || r.SortOrder != pb.RangeRequest_NONE || r.SortTarget != pb.RangeRequest_KEY ||
+		slices.ContainsFunc(kvs, hidden) {
+		kvs = slices.DeleteFunc(slices.Clone(kvs), hidden)
+	}
 	count := int64(len(kvs))
 	kvs = slices.DeleteFunc(kvs, func(kv fsm.KeyValue) bool { return !inRevisionFilters(r, kv) })
 	if err := sortRange(r, kvs); err != nil {
@@ -174,12 +182,18 @@ func sortRange(r *pb.RangeRequest, kvs []fsm.KeyValue) error {
 
 // etcdKeyValue converts a state machine key to etcd's form.
 func etcdKeyValue(kv fsm.KeyValue, keysOnly bool) *mvccpb.KeyValue {
-	out := &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
-		Version: kv.Version, Lease: kv.Lease}
+	out := &mvccpb.KeyValue{}
+	setKeyValue(out, kv, keysOnly)
+	return out
+}
+
+// setKeyValue sets out, a zero KeyValue, to kv in etcd's form.
+func setKeyValue(out *mvccpb.KeyValue, kv fsm.KeyValue, keysOnly bool) {
+	out.Key, out.CreateRevision, out.ModRevision = kv.Key, kv.CreateRevision, kv.ModRevision
+	out.Version, out.Lease = kv.Version, kv.Lease
 	if !keysOnly {
 		out.Value = kv.Value
 	}
-	return out
 }
 
 // Put serves KV.Put as a one-op transaction.
@@ -199,7 +213,12 @@ func (k etcdKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 
 // applyOne applies op as a one-op transaction and returns its response and revision.
 func (e *Server) applyOne(ctx context.Context, op fsm.Op) (fsm.OpResponse, int64, error) {
-	res, err := e.applyEtcdTxn(ctx, &fsm.Txn{Success: []fsm.Op{op}}, nil)
+	one := &struct { // the transaction and its one op in one allocation
+		txn fsm.Txn
+		ops [1]fsm.Op
+	}{ops: [1]fsm.Op{op}}
+	one.txn.Success = one.ops[:]
+	res, err := e.applyEtcdTxn(ctx, &one.txn, nil)
 	if err != nil {
 		return fsm.OpResponse{}, 0, err
 	}

@@ -68,11 +68,13 @@ func splitMethod(full string) (service, method string) {
 	return "unknown", full
 }
 
+// unary counts a unary call around next, the door's next interceptor (called, not
+// chained: a gRPC chain costs a closure a call).
 func (m *grpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
-	handler grpc.UnaryHandler) (any, error) {
+	handler grpc.UnaryHandler, next grpc.UnaryServerInterceptor) (any, error) {
 	svc, method := splitMethod(info.FullMethod)
 	m.started.WithLabelValues("unary", svc, method).Inc()
-	resp, err := handler(ctx, req)
+	resp, err := next(ctx, req, info, handler)
 	m.handled.WithLabelValues("unary", svc, method, status.Code(err).String()).Inc()
 	return resp, err
 }
