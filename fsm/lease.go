@@ -148,9 +148,22 @@ func newLeaseState() leaseState {
 	return leaseState{leases: btree.NewG(btreeDegree, leaseLess), attached: btree.NewG(btreeDegree, leaseKeyLess)}
 }
 
-func (ls leaseState) clone() leaseState {
-	return leaseState{leases: ls.leases.Clone(), attached: ls.attached.Clone(), used: ls.used,
-		gen: ls.gen, journalBase: ls.journalBase, changed: ls.changed[:len(ls.changed):len(ls.changed)]}
+// shared is ls for a view: the same trees, which neither may write (the store clones
+// them before its next lease write, ownLeasesLocked), and the change journal capped,
+// so the store's appends copy it.
+func (ls leaseState) shared() leaseState {
+	ls.changed = ls.changed[:len(ls.changed):len(ls.changed)]
+	return ls
+}
+
+// ownLeasesLocked makes cur's lease trees private to cur before a write: the first
+// lease write after a publish clones them (O(1), copy-on-write).
+func (s *Store) ownLeasesLocked() {
+	if s.leasesOwned {
+		return
+	}
+	s.cur.ls.leases, s.cur.ls.attached = s.cur.ls.leases.Clone(), s.cur.ls.attached.Clone()
+	s.leasesOwned = true
 }
 
 func (ls leaseState) get(id int64) (*Lease, bool) { return ls.leases.Get(&Lease{ID: id}) }
@@ -177,6 +190,7 @@ func (s *Store) attachLocked(key []byte, old, new int64) {
 	if old == new {
 		return
 	}
+	s.ownLeasesLocked()
 	if old != 0 {
 		s.cur.ls.attached.Delete(leaseKey{id: old, key: string(key)})
 	}
@@ -202,6 +216,7 @@ func (s *Store) leaseGrantLocked(id, ttl int64, owner string) *Result {
 	if _, ok := s.cur.ls.get(id); ok {
 		return &Result{Revision: s.cur.revision, Err: fmt.Errorf("%w: %d", ErrLeaseExists, id)}
 	}
+	s.ownLeasesLocked()
 	s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: id, TTL: ttl, Remaining: ttl, CheckpointIndex: s.cur.applied, Owner: owner})
 	s.cur.ls.used = true
 	s.cur.ls.noteChange(id)
@@ -222,6 +237,7 @@ func (s *Store) leaseCheckpointLocked(cps []LeaseCheckpoint) *Result {
 			continue
 		}
 		s.cur.ls.noteChange(l.ID)
+		s.ownLeasesLocked()
 		s.cur.ls.leases.ReplaceOrInsert(&Lease{ID: l.ID, TTL: l.TTL, Remaining: min(max(cp.Remaining, 0), l.TTL),
 			CheckpointIndex: s.cur.applied, Owner: l.Owner})
 	}
@@ -255,6 +271,7 @@ func (s *Store) leaseRevokeLocked(ids []int64) *Result {
 			s.writeLocked([]byte(k), nil, "", 0, rev, true)
 			deleted++
 		}
+		s.ownLeasesLocked()
 		s.cur.ls.leases.Delete(&Lease{ID: id})
 		s.cur.ls.noteChange(id)
 	}

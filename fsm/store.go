@@ -66,6 +66,10 @@ type Store struct {
 	view atomic.Pointer[View] // the latest published view
 
 	encOwned bool // cur.encodings is private to cur (not yet published); guarded by mu
+	// leasesOwned: cur.ls's trees are private to cur; false after a publish, which
+	// shares them with the view until a lease write clones them (ownLeasesLocked), so
+	// a write that touches no lease clones no lease tree. Guarded by mu.
+	leasesOwned bool
 
 	hubPtr atomic.Pointer[hub] // watch fan-out (watch.go); nil until the first Watch
 	// slowEnded counts the watches ended with ErrSlowWatcher (SlowWatchersEnded).
@@ -85,8 +89,8 @@ func NewStore() *Store {
 func (s *Store) publishLocked() {
 	st := s.cur
 	st.tree = s.cur.tree.Clone()
-	st.ls = s.cur.ls.clone()
-	s.encOwned = false
+	st.ls = s.cur.ls.shared()
+	s.encOwned, s.leasesOwned = false, false
 	s.view.Store(&View{st: st})
 	s.flushEventsLocked()
 }
