@@ -41,6 +41,12 @@ const (
 	// checkpointInterval: how often the leader writes the moved deadlines of all
 	// leases in one CmdLeaseCheckpoint.
 	checkpointInterval = time.Second
+	// takeOverWait bounds a new leader's linearizable read before it takes over: a
+	// heartbeat round and the term's barrier, which a loaded machine stretches past
+	// any multiple of lessorPoll. One election timeout (raft.DefaultConfig): a leader
+	// that cannot confirm itself in that long has lost its followers anyway, and until
+	// it takes over it serves no keepalive, so giving up sooner only starts again.
+	takeOverWait = time.Second
 )
 
 // seenCheckpoint is when this node first saw a lease's last checkpoint applied.
@@ -229,7 +235,7 @@ func (l *Lessor) leading(term uint64) bool {
 // the floor of its last checkpoint — when this node saw it plus its Remaining — never
 // at the full TTL.
 func (l *Lessor) takeOver(ctx context.Context, term uint64) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*lessorPoll)
+	ctx, cancel := context.WithTimeout(ctx, takeOverWait)
 	defer cancel()
 	v, err := l.store.View(ctx, fsm.Linearizable)
 	if err != nil {

@@ -172,3 +172,33 @@ func TestLessorKeepAliveOfRevokedLease(t *testing.T) {
 		t.Fatalf("keepalive of a revoked lease = %v, %v; want ErrLeaseNotFound", left, err)
 	}
 }
+
+// slowReadStore answers linearizable reads only after delay, as a leader does whose
+// heartbeat round (confirming leadership) is slow on a loaded machine.
+type slowReadStore struct {
+	*lessorStore
+	delay time.Duration
+}
+
+func (s slowReadStore) View(ctx context.Context, c fsm.Consistency) (*fsm.View, error) {
+	if c == fsm.Linearizable {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.lessorStore.View(ctx, c)
+}
+
+// A new leader takes over although confirming its leadership takes longer than the
+// lessor's poll: the wait is a heartbeat round and the term's barrier, which a loaded
+// machine stretches past 100 ms, and a takeover given up after two polls is asked
+// again only to give up again — the leader would serve no keepalive meanwhile.
+func TestLessorTakeOverWaitsForSlowRead(t *testing.T) {
+	st := slowReadStore{lessorStore: kvtest.NewLeading(), delay: 300 * time.Millisecond}
+	l := New(st, hclog.NewNullLogger())
+	if !l.takeOver(context.Background(), 1) {
+		t.Fatal("takeOver gave up on a linearizable read that takes 300 ms")
+	}
+}
