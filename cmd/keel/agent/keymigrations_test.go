@@ -391,8 +391,9 @@ func TestKeyMigrationWalk(t *testing.T) {
 	// 3 → 4 waits for the copy; advanceTo retries until it is done.
 	c.advanceTo(4, walkTimeout)
 	// The copy moved every object, and the old range stays until phase 5: both hold at
-	// least the seeds (the writers never touch them). Not old >= new: a writer that
-	// deletes and recreates its object in phase 4 creates it under the new key only.
+	// least the seeds (the writers never touch them). Not old >= new: an object a
+	// writer deleted in phases 1–3 (both keys gone) and creates again in phase 4 has a
+	// new key only; a delete in phase 4 removes only the new key, so nothing offsets it.
 	if st := keyStatus(t, c.anyAgent()); st.OldKeys < seeds || st.NewKeys < seeds {
 		t.Errorf("after the copy: old %d, new %d keys, want both >= the %d seeds", st.OldKeys, st.NewKeys, seeds)
 	}
