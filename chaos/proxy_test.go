@@ -172,3 +172,44 @@ func TestSocketOwnerClosedDuringScan(t *testing.T) {
 		t.Errorf("socketOwner = pid %d, found %v, ok %v; want found false (the dialer closed its socket)", pid, found, ok)
 	}
 }
+
+// TestSocketOwnerClosedAfterAScan: a socket that outlives one scan unowned and is then
+// closed (a dialer between close(2) and the socket's release) is gone, not
+// unidentified; one that outlives every scan is found and not owned.
+func TestSocketOwnerClosedAfterAScan(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (dialer, accepted net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, s
+	}
+	c, s := pair()
+	defer s.Close()
+	scans := 0
+	afterSocketLookup = func() {
+		if scans++; scans == 2 {
+			c.Close()
+		}
+	}
+	defer func() { afterSocketLookup = nil }()
+	if pid, found, ok := socketOwner(s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr), nil); found || ok {
+		t.Errorf("closed before the second scan: pid %d, found %v, ok %v; want found false", pid, found, ok)
+	}
+	afterSocketLookup = nil
+	c2, s2 := pair()
+	defer c2.Close()
+	defer s2.Close()
+	if pid, found, ok := socketOwner(s2.RemoteAddr().(*net.TCPAddr), s2.LocalAddr().(*net.TCPAddr), nil); !found || ok {
+		t.Errorf("live and owned by none of no pids: pid %d, found %v, ok %v; want found true, ok false", pid, found, ok)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // socketOwner finds which of pids owns the TCP socket with local address local and
@@ -21,15 +22,36 @@ import (
 // table. So a miss looks the socket up again, and reports it gone when it has no file
 // any more (an orphaned socket's inode reads 0) rather than owned by nobody of pids.
 // On a node with a thousand attack connections open the scan is long enough for
-// this to happen (chaos/attack_bytes.go).
+// this to happen (chaos/attack_bytes.go). A socket still there is scanned again after
+// a pause (close(2) takes the descriptor out of the table a moment before the socket
+// is orphaned); only one that outlived ownerScans scans unowned is found and not ok.
 func socketOwner(local, remote *net.TCPAddr, pids []int) (pid int, found, ok bool) {
 	inode, found := socketInode(local, remote)
 	if !found {
 		return 0, false, false
 	}
-	if afterSocketLookup != nil {
-		afterSocketLookup()
+	for i := range ownerScans {
+		if i > 0 {
+			time.Sleep(time.Duration(i) * 20 * time.Millisecond)
+		}
+		if afterSocketLookup != nil {
+			afterSocketLookup()
+		}
+		if pid, ok := inodeOwner(inode, pids); ok {
+			return pid, true, true
+		}
+		if again, still := socketInode(local, remote); !still || again != inode {
+			return 0, false, false
+		}
 	}
+	return 0, true, false
+}
+
+// ownerScans is how many scans a socket must outlive unowned to be unidentified.
+const ownerScans = 3
+
+// inodeOwner is the first of pids with socket inode among its open files.
+func inodeOwner(inode uint64, pids []int) (int, bool) {
 	want := fmt.Sprintf("socket:[%d]", inode)
 	for _, pid := range pids {
 		dir := fmt.Sprintf("/proc/%d/fd", pid)
@@ -39,18 +61,15 @@ func socketOwner(local, remote *net.TCPAddr, pids []int) (pid int, found, ok boo
 		}
 		for _, e := range ents {
 			if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == want {
-				return pid, true, true
+				return pid, true
 			}
 		}
 	}
-	if again, still := socketInode(local, remote); !still || again != inode {
-		return 0, false, false
-	}
-	return 0, true, false
+	return 0, false
 }
 
 // afterSocketLookup, when set (tests), runs between finding a socket's inode and
-// scanning the processes' files for it.
+// each scan of the processes' files for it.
 var afterSocketLookup func()
 
 // socketInode looks the socket up in /proc/net/tcp (IPv4 only: the harness uses
