@@ -153,6 +153,7 @@ type h2flow struct {
 	window  map[uint32]int64
 	status  map[uint32]string // the answer's :status, or grpc-status "g<code>", or "reset"
 	ended   map[uint32]bool
+	end     string // why the reading ended: the server's GOAWAY, the read's error
 	done    chan struct{}
 }
 
@@ -186,10 +187,15 @@ func (f *h2flow) read() {
 	for {
 		fr, err := f.h.fr.ReadFrame()
 		if err != nil {
+			f.mu.Lock()
+			f.end += err.Error()
+			f.mu.Unlock()
 			return
 		}
 		f.mu.Lock()
 		switch fr := fr.(type) {
+		case *http2.GoAwayFrame:
+			f.end += fmt.Sprintf("GOAWAY %s %q; ", fr.ErrCode, fr.DebugData())
 		case *http2.SettingsFrame:
 			if !fr.IsAck() {
 				if v, ok := fr.Value(http2.SettingInitialWindowSize); ok {
@@ -264,46 +270,23 @@ func (a *attacker) etcdBytes(ctx context.Context, id, addr string) {
 		sent[sid] = -5 // the prefix first
 		e.etcdCalls.Add(1)
 	}
-	chunk := make([]byte, 16384)
-	for start, idle := time.Now(), time.Now(); time.Since(idle) < time.Second && time.Since(start) < time.Minute && ctx.Err() == nil; {
-		moved := false
-		for _, sid := range ids {
-			f.mu.Lock()
-			n := min(int64(len(chunk)), f.conn, f.window[sid], int64(bytesPart-sent[sid]))
-			if f.ended[sid] {
-				n = 0
-			}
-			f.conn -= max(n, 0)
-			f.window[sid] -= max(n, 0)
-			f.mu.Unlock()
-			if n <= 0 {
-				continue
-			}
-			b := chunk[:n]
-			if sent[sid] < 0 {
-				b[0] = 0
-				binary.BigEndian.PutUint32(b[1:5], bytesSize)
-			}
-			err := f.write(func() error { return f.h.fr.WriteData(sid, false, b) })
-			clear(b[:5])
-			if err != nil {
-				break
-			}
-			sent[sid] += int(n)
-			moved = true
-		}
-		if moved {
-			idle = time.Now()
-		} else {
-			sleepCtx(ctx, 10*time.Millisecond)
-		}
-	}
+	f.sendParts(ctx, ids, sent)
 	select { // hold the calls, unfinished, until the attack ends
 	case <-ctx.Done():
 	case <-f.done:
 	}
 	// The answers, counted at the end: on a busy machine they come late.
 	f.mu.Lock()
+	prefixes, sentBytes, answers := 0, 0, map[string]int{}
+	for _, sid := range ids {
+		if sent[sid] > 0 {
+			prefixes++
+			sentBytes += sent[sid]
+		}
+		answers[f.status[sid]]++
+	}
+	a.logf("attacker: bytes: etcd Puts on %s: %d of %d prefixes sent, %d KiB, answers %v; the connection: %q",
+		id, prefixes, len(ids), sentBytes>>10, answers, f.end)
 	for _, sid := range ids {
 		switch {
 		case f.status[sid] == "g8":
@@ -313,6 +296,67 @@ func (a *attacker) etcdBytes(ctx context.Context, id, addr string) {
 		}
 	}
 	f.mu.Unlock()
+}
+
+// sendParts sends each of the calls ids its message's prefix, announcing bytesSize,
+// and bytesPart of its body, as the flow windows allow; sent counts each call's bytes
+// (-5: none, not even the prefix). Prefixes go first: the calls past the client's
+// budget are what the node refuses, at their prefix. It returns when every call has
+// its part or has ended, when the connection ends, or after a minute, but not after a
+// stall: a node under load, or paused by a fault, grants no window for seconds, and an
+// attack that gave up then sent 4 of 150 prefixes and proved nothing. A prefix goes
+// whole in one frame (a window of a few bytes waits), as a gRPC client sends it.
+func (f *h2flow) sendParts(ctx context.Context, ids []uint32, sent map[uint32]int) {
+	chunk := make([]byte, 16384)
+	for start := time.Now(); time.Since(start) < time.Minute && ctx.Err() == nil; {
+		moved, left := false, false
+		for _, prefixes := range []bool{true, false} {
+			for _, sid := range ids {
+				if sent[sid] < 0 != prefixes {
+					continue
+				}
+				f.mu.Lock()
+				if f.ended[sid] || sent[sid] >= bytesPart {
+					f.mu.Unlock()
+					continue
+				}
+				left = true
+				n := min(int64(len(chunk)), f.conn, f.window[sid], int64(bytesPart-sent[sid]))
+				if sent[sid] < 0 && n < 5 {
+					n = 0
+				}
+				f.conn -= max(n, 0)
+				f.window[sid] -= max(n, 0)
+				f.mu.Unlock()
+				if n <= 0 {
+					continue
+				}
+				b := chunk[:n]
+				if sent[sid] < 0 {
+					b[0] = 0
+					binary.BigEndian.PutUint32(b[1:5], bytesSize)
+				}
+				err := f.write(func() error { return f.h.fr.WriteData(sid, false, b) })
+				clear(b[:5])
+				if err != nil {
+					return
+				}
+				sent[sid] += int(n)
+				moved = true
+			}
+		}
+		if !left {
+			return
+		}
+		if !moved {
+			select {
+			case <-ctx.Done():
+			case <-f.done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // httpBytes sends httpBytesConns PUTs announcing httpBytesSize and sending
