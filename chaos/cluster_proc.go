@@ -346,12 +346,19 @@ func (c *ProcCluster) launch(n *procNode, bootstrap bool, join []string) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Started under c.mu and running before c.mu is let go: identify lists the running
+	// nodes' processes under c.mu, after the proxy accepted a connection, so the
+	// process that dialed it is always in the list. Started outside, a new incarnation
+	// could dial a peer before it was listed, while this goroutine waited for the lock
+	// on a loaded box, and its connection was unidentified ("pids [19902 19916 19925
+	// 19858]": n2's new 19977 missing, after a kill -9 of n2).
+	c.mu.Lock()
 	if err := cmd.Start(); err != nil {
+		c.mu.Unlock()
 		logf.Close()
 		return fmt.Errorf("start %s: %w", n.id, err)
 	}
 	exited := make(chan struct{})
-	c.mu.Lock()
 	n.cmd, n.exited, n.incarnation = cmd, exited, inc
 	n.running, n.paused, n.stopping, n.exitErr = true, false, false, nil
 	c.mu.Unlock()
