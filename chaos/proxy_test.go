@@ -156,14 +156,7 @@ func TestSocketOwnerClosedDuringScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s := tcpPair(t, ln)
 	defer s.Close() // the accepted end stays open, as the proxy's does while it identifies
 	afterSocketLookup = func() { c.Close() }
 	defer func() { afterSocketLookup = nil }()
@@ -182,18 +175,7 @@ func TestSocketOwnerClosedAfterAScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	pair := func() (dialer, accepted net.Conn) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, s
-	}
-	c, s := pair()
+	c, s := tcpPair(t, ln)
 	defer s.Close()
 	scans := 0
 	afterSocketLookup = func() {
@@ -206,10 +188,24 @@ func TestSocketOwnerClosedAfterAScan(t *testing.T) {
 		t.Errorf("closed before the second scan: pid %d, found %v, ok %v; want found false", pid, found, ok)
 	}
 	afterSocketLookup = nil
-	c2, s2 := pair()
+	c2, s2 := tcpPair(t, ln)
 	defer c2.Close()
 	defer s2.Close()
 	if pid, found, ok := socketOwner(s2.RemoteAddr().(*net.TCPAddr), s2.LocalAddr().(*net.TCPAddr), nil); !found || ok {
 		t.Errorf("live and owned by none of no pids: pid %d, found %v, ok %v; want found true, ok false", pid, found, ok)
 	}
+}
+
+// tcpPair dials ln and accepts the connection: the dialer's end and the accepted end.
+func tcpPair(t *testing.T, ln net.Listener) (dialer, accepted net.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s
 }
