@@ -106,7 +106,7 @@ type etcdAttack struct {
 	metaInconclusive  int
 	leaseRefused      map[string]int // "token op" -> PermissionDenied answers
 	aliveRefused      map[string]int // "token op" -> PermissionDenied answers for the kept-alive lease
-	leaseOther        map[string]int // "token op" -> other errors (faults)
+	leaseOther        map[string]int // "token op code" -> other errors (faults)
 	leaseTargets      map[int64]bool
 	tenantLease       int64
 	tenantControls    []string // control failures
@@ -538,5 +538,5 @@ func (e *etcdAttack) refusal(token, op string, alive bool, err error) {
 		}
 		return
 	}
-	e.leaseOther[token+" "+op]++
+	e.leaseOther[token+" "+op+" "+status.Code(err).String()]++
 }
