@@ -8,12 +8,13 @@ import (
 	"testing"
 )
 
-// countKeys is the keyspace of the count test: six prefixes of 300 keys, enough for a
-// tree of degree 32 three levels deep, so that splits, merges and steals all happen.
+// countKeys is the keyspace of the count test: six prefixes of 600 keys, enough for a
+// tree of degree 32 two or three levels deep, so that splits, merges and steals all
+// happen (internal/ostree's own test goes deeper, at small degrees).
 func countKeys() []string {
 	var keys []string
 	for p := range 6 {
-		for i := range 300 {
+		for i := range 600 {
 			keys = append(keys, fmt.Sprintf("p%d/%03d", p, i))
 		}
 	}
@@ -25,12 +26,11 @@ func countKeys() []string {
 // RangeWith's bounds (end nil: key alone; empty: no upper bound).
 func (m *model) bruteCount(keys []string, key, end []byte, rev int64) int64 {
 	n := int64(0)
-	for _, k := range keys {
-		in := k == string(key)
-		if end != nil {
-			in = k >= string(key) && (len(end) == 0 || k < string(end))
+	for _, k := range keys[sort.SearchStrings(keys, string(key)):] {
+		if end == nil && k != string(key) || end != nil && len(end) > 0 && k >= string(end) {
+			break
 		}
-		if in && m.get(k, rev) != nil {
+		if m.get(k, rev) != nil {
 			n++
 		}
 	}
@@ -147,6 +147,9 @@ func runCountModel(t *testing.T, seed uint64, steps int) {
 		}
 		s.CompactStep(rng.IntN(64))
 		v := s.View()
+		if err := v.st.tree.Verify(); err != nil {
+			t.Fatalf("step %d: keyspace tree: %v", step, err)
+		}
 		checkCounts(t, step, v, m, keys, rng)
 		if step%10 == 0 {
 			held = append(held, heldView{v: v, step: step})
@@ -167,7 +170,7 @@ func cmp0(rev, latest int64) int64 {
 	return rev
 }
 
-// randCountTxn is a transaction of up to 60 ops on keys: puts, deletes, delete ranges
+// randCountTxn is a transaction of up to 120 ops on keys: puts, deletes, delete ranges
 // (bounded or to the end), and now and then a key put and deleted in the same
 // transaction (the store applies such duplicates; etcd's door refuses them).
 func randCountTxn(rng *rand.Rand, keys []string, step int) *Txn {
@@ -177,10 +180,18 @@ func randCountTxn(rng *rand.Rand, keys []string, step int) *Txn {
 		tx.Compares = []Compare{{Key: key(), Target: TargetExists, Result: CompareEqual, Int: rng.Int64N(2)}}
 	}
 	n := 1 + rng.IntN(60)
+	growing := step%80 < 50 // phases of growth (a tree three levels deep) and shrinking
+	if growing {
+		n = 1 + rng.IntN(120)
+	}
 	ops := make([]Op, 0, n)
 	for range n {
-		switch r := rng.IntN(100); {
-		case r < 60 || step < 20:
+		r := rng.IntN(100)
+		if growing {
+			r = r * 90 / 100 // puts and single deletes only
+		}
+		switch {
+		case r < 60 || growing && r < 80:
 			ops = append(ops, Op{Type: OpPut, Key: key(), Value: []byte(fmt.Sprint(rng.IntN(1000)))})
 		case r < 90:
 			ops = append(ops, Op{Type: OpDelete, Key: key()})

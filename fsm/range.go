@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-
-	"github.com/google/btree"
 )
 
 // RangeResult is the answer of View.RangeWith, with the fields of etcd's RangeResponse.
@@ -23,7 +21,8 @@ type RangeResult struct {
 // executeRange): end nil reads key alone, an empty non-nil end every key >= key (etcd's
 // "\x00" range end), an end at or before key nothing. limit <= 0 is no limit. See
 // RangeOptions for the options; o.Revision <= 0 reads the view's revision. Unlike Range
-// it does not page: it visits the whole range when it counts, filters or sorts.
+// it does not page: it visits the whole range when it filters or sorts. A count does
+// not visit it: a first page with its count costs O(limit + log n) (count.go).
 func (v *View) RangeWith(key, end []byte, limit int64, o RangeOptions) (RangeResult, error) {
 	if err := o.validate(); err != nil {
 		return RangeResult{}, fmt.Errorf("%w: %v", ErrInvalidCommand, err)
@@ -58,7 +57,7 @@ func (o *RangeOptions) hasRevisionFilters() bool {
 
 // visitLive calls fn for each key of [key, end) live at rev, in key order (end nil: key
 // alone; empty: no upper bound).
-func visitLive(t *btree.BTreeG[*entry], key, end []byte, rev int64, fn func(*entry, *version) bool) {
+func visitLive(t *keyTree, key, end []byte, rev int64, fn func(*entry, *version) bool) {
 	if end == nil {
 		if e, ok := t.Get(&entry{key: key}); ok {
 			if ver, live := visible(e.hist, rev); live {
@@ -79,13 +78,14 @@ func visitLive(t *btree.BTreeG[*entry], key, end []byte, rev int64, fn func(*ent
 }
 
 // rangeTree answers a range of t at rev step by step as etcd's executeRange does:
-// fetch (limit+1 keys, or all when sorting or filtering: rangeLimit), count, filter
+// fetch (limit+1 keys, or all when sorting or filtering: rangeLimit), count (from the
+// tree's ranks when the fetch stopped early, count.go, not by walking on), filter
 // (filterRangeResults), sort (sortRangeResults), cut to limit and set More, drop values
 // (asembleRangeResponse). Each step's quirks are etcd's, so answers match key for key.
-func rangeTree(t *btree.BTreeG[*entry], key, end []byte, rev, limit int64, o RangeOptions) RangeResult {
+func rangeTree(t *keyTree, key, end []byte, rev, limit int64, o RangeOptions) RangeResult {
 	var res RangeResult
 	if o.CountOnly {
-		visitLive(t, key, end, rev, func(*entry, *version) bool { res.Count++; return true })
+		res.Count = countLive(t, key, end, rev)
 		return res
 	}
 	fetch := limit
@@ -99,19 +99,23 @@ func rangeTree(t *btree.BTreeG[*entry], key, end []byte, rev, limit int64, o Ran
 	fromIndex := o.KeysOnly && o.SortTarget != SortByValue
 	visitLive(t, key, end, rev, func(e *entry, ver *version) bool {
 		if fetch > 0 && int64(len(res.KVs)) >= fetch {
-			res.Count++
-			return o.WithCount
+			return false
 		}
 		kv := ver.keyValue(e.key)
 		if fromIndex {
 			kv.Lease = 0
 		}
 		res.KVs = append(res.KVs, kv)
-		res.Count++
 		return true
 	})
-	if !o.WithCount {
-		res.Count = 0
+	switch {
+	case !o.WithCount:
+	case fetch > 0 && int64(len(res.KVs)) >= fetch:
+		// The page stopped early: count the rest from the tree (count.go), in
+		// O(log n) instead of a walk of the whole range as etcd does.
+		res.Count = countLive(t, key, end, rev)
+	default:
+		res.Count = int64(len(res.KVs)) // every key of the range was fetched
 	}
 	res.KVs = filterKVs(res.KVs, &o)
 	sortKVs(res.KVs, o.SortTarget, o.SortOrder)

@@ -10,8 +10,6 @@ import (
 	"io"
 	"slices"
 
-	"github.com/google/btree"
-
 	"github.com/keel-kv/keel/internal/wire"
 )
 
@@ -221,7 +219,7 @@ func readSnapshot(r io.Reader) (state, compactQueue, error) {
 		return state{}, compactQueue{}, fmt.Errorf("%w: snapshot format %d (this build reads %d..%d)",
 			ErrUnknownFormat, format, snapshotFormatV1, snapshotFormatV4)
 	}
-	st := state{tree: btree.NewG(btreeDegree, entryLess), ls: newLeaseState()}
+	st := state{tree: newKeyTree(), ls: newLeaseState()}
 	st.revision = sr.Varint("revision")
 	st.compactRev = sr.Varint("compact revision")
 	st.applied = sr.Uvarint("applied index")

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/google/btree"
+	"github.com/keel-kv/keel/internal/ostree"
 )
 
 // btreeDegree trades node copy cost on copy-on-write against tree depth; 32 keeps a
@@ -38,9 +38,25 @@ type entry struct {
 
 func entryLess(a, b *entry) bool { return bytes.Compare(a.key, b.key) < 0 }
 
+// entryMeasure is what the keyspace tree adds up (count.go): an entry counts when its
+// key is live at the latest revision, and its stamp is the revision of its newest
+// version, the last revision at which its liveness can have changed.
+func entryMeasure(e *entry) (live bool, stamp int64) {
+	if e.hist == nil {
+		return false, 0
+	}
+	return !e.hist.tombstone(), e.hist.mod
+}
+
+// keyTree is the keyspace: entries in key order, with the live keys of any range
+// countable in O(log n) (internal/ostree, count.go).
+type keyTree = ostree.Tree[*entry]
+
+func newKeyTree() *keyTree { return ostree.New(btreeDegree, entryLess, entryMeasure) }
+
 // state is everything a View sees; the store publishes a new one after each apply.
 type state struct {
-	tree       *btree.BTreeG[*entry]
+	tree       *keyTree
 	revision   int64
 	compactRev int64
 	applied    uint64
@@ -79,7 +95,7 @@ type Store struct {
 
 // NewStore returns an empty store at revision 0.
 func NewStore() *Store {
-	s := &Store{cur: state{tree: btree.NewG(btreeDegree, entryLess), ls: newLeaseState()}}
+	s := &Store{cur: state{tree: newKeyTree(), ls: newLeaseState()}}
 	s.publishLocked()
 	return s
 }

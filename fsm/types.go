@@ -144,7 +144,8 @@ type RangeOptions struct {
 	CountOnly bool
 	// WithCount sets OpResponse.Count / RangeResult.Count to the number of keys in the
 	// range at the revision, ignoring limit and filters (etcd RangeResponse.count; etcd
-	// always counts). It costs a walk of the whole range, so it is asked for.
+	// always counts). The store counts from its tree's ranks, without visiting the
+	// range (O(log n), plus the keys written since an older revision; count.go).
 	WithCount bool
 	// Revision filters (0 = none): keep keys with ModRevision in [MinModRevision,
 	// MaxModRevision] and CreateRevision in [MinCreateRevision, MaxCreateRevision].

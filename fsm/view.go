@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"maps"
-
-	"github.com/google/btree"
 )
 
 // MaxRangeSkip bounds how many keys a Range may visit beyond its limit (deleted keys,
@@ -94,17 +92,8 @@ func (v *View) Range(start, end []byte, rev int64, limit int) (kvs []KeyValue, n
 	return kvs, next, nil
 }
 
-// Len counts the live keys at the view's revision (O(n); for tests and tools).
-func (v *View) Len() int {
-	n := 0
-	v.st.tree.Ascend(func(e *entry) bool {
-		if e.hist != nil && !e.hist.tombstone() {
-			n++
-		}
-		return true
-	})
-	return n
-}
+// Len counts the live keys at the view's revision, in O(1) (count.go).
+func (v *View) Len() int { return v.st.tree.Count() }
 
 // Hash digests the logical state: revisions, cluster metadata and every live key with
 // its metadata. Replicas that applied the same log agree on it, whatever garbage their
@@ -156,7 +145,7 @@ func (v *View) Encodings() map[string]int64 {
 }
 
 // ascendTree visits the entries of [start, end) in t; an empty end means no upper bound.
-func ascendTree(t *btree.BTreeG[*entry], start, end []byte, fn func(*entry) bool) {
+func ascendTree(t *keyTree, start, end []byte, fn func(*entry) bool) {
 	iter := func(e *entry) bool {
 		if len(end) > 0 && bytes.Compare(e.key, end) >= 0 {
 			return false
