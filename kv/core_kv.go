@@ -104,15 +104,19 @@ type RangeRequest struct {
 	Revision     int64 // 0: the latest
 	Serializable bool  // the local state, without a round trip to the leader
 	// Limit > 0 on a ranged read: at most Limit keys, in key order, with Count the
-	// live keys of the whole range and More set when it holds more (Counted) — one
-	// walk that copies only the page, where a paged list would otherwise copy the rest
-	// of the range on every page. A range that overlaps keys a door hides (Hidden)
-	// ignores it and returns every key, since its count must leave them out.
+	// live keys of the whole range and More set when it holds more (Counted). The
+	// store counts from its tree's ranks (fsm.View.Count), so the read costs
+	// O(Limit + log n) however long the range: a paged list's every page included. A
+	// range that overlaps keys a door hides (Hidden) ignores it and returns every key,
+	// since its count must leave them out.
 	Limit int64
-	// NoCount, with Limit, reads the page alone: the walk stops after it, Count is 0
-	// and More still says whether the range holds more (a streamed range's middle
-	// pages, whose count nobody reads).
+	// NoCount, with Limit, reads the page alone: Count is 0 and More still says
+	// whether the range holds more (a streamed range's middle pages, whose count
+	// nobody reads).
 	NoCount bool
+	// CountOnly on a ranged read returns no keys, only Count (Counted), in O(log n),
+	// under the same condition as Limit: a range that overlaps hidden keys ignores it.
+	CountOnly bool
 }
 
 // RangeResult is what a range read: its keys in key order, and the revision of the
@@ -149,8 +153,10 @@ func (s *Server) Range(ctx context.Context, c Caller, r RangeRequest) (RangeResu
 		rev = view.Revision()
 	}
 	res := RangeResult{Revision: view.Revision()}
-	if op.End != nil && r.Limit > 0 && s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: op.Key, End: op.End}) == nil {
-		page, err := view.RangeWith(op.Key, op.End, r.Limit, fsm.RangeOptions{Revision: rev, WithCount: !r.NoCount})
+	if op.End != nil && (r.Limit > 0 || r.CountOnly) &&
+		s.checkReservedOp(fsm.Op{Type: fsm.OpDeleteRange, Key: op.Key, End: op.End}) == nil {
+		page, err := view.RangeWith(op.Key, op.End, r.Limit,
+			fsm.RangeOptions{Revision: rev, WithCount: !r.NoCount, CountOnly: r.CountOnly})
 		if err != nil {
 			return RangeResult{}, revisionError(view, rev, err)
 		}

@@ -26,7 +26,7 @@ type listRequest struct {
 	// page holds only keys it may read and the continue token names only such a key.
 	// A typed list, authorized by resource, leaves it nil.
 	keys *acl.Authorizer
-	// count asks scan for the remaining item count when it is cheap (countRest).
+	// count asks scan for the remaining item count (countRest).
 	count bool
 }
 
@@ -35,8 +35,8 @@ type listPage struct {
 	kvs  []fsm.KeyValue
 	rev  int64  // the scan's revision
 	cont string // the next page's token; "" at the end
-	// remaining counts the items after this page when cont is set and the count is
-	// cheap (countRest); -1 when unknown or not asked for.
+	// remaining counts the items after this page when cont is set (countRest); -1
+	// when unknown or not asked for.
 	remaining int64
 }
 
@@ -127,13 +127,26 @@ func (s *Server) readPage(ctx context.Context, req listRequest) (pageRead, error
 	return pageRead{kvs: kvs, next: next, rev: rev, view: view}, nil
 }
 
-// countRest counts the items of [next, end) at rev when that is cheap: when the rest of
-// the range is no longer than one more page of req.limit, which it reads (so a page
-// costs at most twice its own read, never O(n)); -1 when the range goes on beyond it.
-// The store keeps no counts of ranges (its B-tree is not order-statistic), so a larger
-// rest cannot be counted without visiting it. Under ACLs only the keys the token may
-// read are counted.
+// countRest counts the items of [next, end) at rev, exactly. The store counts a range
+// from its tree's ranks without visiting it (fsm.View.Count: O(log n), plus the keys
+// written since rev when rev is older than the view), so every page carries its
+// count at the cost of the page. Under ACLs only the keys the token may read count:
+// when its rules cover the whole rest (acl Span) that is the same count; when they
+// cover part of it, the readable keys can only be counted by visiting them, so it
+// counts them when the rest fits in one more page of req.limit (a page then costs at
+// most twice its own read) and is -1 (unknown) when the range goes on beyond it.
 func countRest(view *fsm.View, req listRequest, next []byte, rev int64) int64 {
+	end := req.end
+	if end == nil {
+		end = []byte{} // a list's nil end is the end of the keyspace; Count's is key alone
+	}
+	if req.keys == nil || req.keys.Span(next, req.end, false) {
+		n, err := view.Count(next, end, rev)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
 	kvs, more, err := view.Range(next, req.end, rev, req.limit)
 	if err != nil || more != nil {
 		return -1

@@ -72,8 +72,9 @@ type ListResponse struct {
 	// Revision is compacted.
 	Continue string `json:"continue,omitempty"`
 	// RemainingItemCount is how many items follow this page (KEP-365's
-	// remainingItemCount), set only when Continue is and the count is cheap to know:
-	// when the rest of the range is no longer than one more page of the same limit.
-	// It is exact when set. The binary encoding does not carry it.
+	// remainingItemCount), at Revision, exactly; set whenever Continue is. Under an
+	// ACL token whose rules cover only part of the rest, it counts the keys the token
+	// may read, and is set only when the rest is no longer than one more page of the
+	// same limit. The binary encoding does not carry it.
 	RemainingItemCount *int64 `json:"remainingItemCount,omitempty"`
 }

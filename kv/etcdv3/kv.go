@@ -54,13 +54,19 @@ func (k etcdKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 	if pageOnly(r) {
 		req.Limit = r.Limit
 	}
+	// count_only ignores limit, sort and filters (etcd's count does): the store
+	// counts the range from its ranks instead of the door counting every key.
+	req.CountOnly = r.CountOnly
 	res, err := e.core.Range(ctx, callerOf(ctx), req)
 	if err != nil {
 		return nil, err
 	}
 	var resp *pb.RangeResponse
 	if res.Counted {
-		resp = &pb.RangeResponse{Count: res.Count, More: res.More, Kvs: etcdKeyValues(res.KVs, r.KeysOnly)}
+		resp = &pb.RangeResponse{Count: res.Count, More: res.More}
+		if !r.CountOnly {
+			resp.Kvs = etcdKeyValues(res.KVs, r.KeysOnly)
+		}
 	} else if resp, err = e.shapeRange(r, res.KVs, false); err != nil {
 		return nil, err
 	}

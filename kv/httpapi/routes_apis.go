@@ -192,7 +192,7 @@ func objectListOptions(p params) (kv.ObjectListOptions, error) {
 
 // objectListBody is the JSON of a typed list: its items, those it could not present
 // in errors (each with the status its error maps to), and the list metadata
-// (revision, the same as resourceVersion; continue; remainingItemCount when known).
+// (revision, the same as resourceVersion; continue; remainingItemCount with continue).
 func objectListBody(l *kv.ObjectList) map[string]any {
 	meta := map[string]any{"revision": l.Revision, "resourceVersion": strconv.FormatInt(l.Revision, 10)}
 	if l.Continue != "" {
