@@ -125,8 +125,9 @@ func TestEtcdTxnValidatesNested(t *testing.T) {
 
 // A limited range in key order is read as one page (the core's RangeRequest.Limit)
 // and answers what the whole-range path answers — keys, values, count, more — for
-// every limit, over a plain prefix and over a range that holds keys the door hides
-// (kills: count taken from the page, more off by one, hidden keys counted or shown).
+// every limit, over a plain prefix and over a range that holds keys the door hides;
+// count_only answers the same count (kills: count taken from the page, more off by
+// one, hidden keys counted or shown, count_only applying the filters).
 func TestRangePageAsWholeRange(t *testing.T) {
 	store := kvtest.New()
 	core, err := kv.NewServer(kv.DefaultConfig(), store, nil)
@@ -159,6 +160,12 @@ func TestRangePageAsWholeRange(t *testing.T) {
 			if got.Count != want.Count || got.More != want.More || fmt.Sprint(got.Kvs) != fmt.Sprint(want.Kvs) {
 				t.Errorf("%q limit %d: count %d more %v %d keys, whole range: count %d more %v %d keys",
 					rg, limit, got.Count, got.More, len(got.Kvs), want.Count, want.More, len(want.Kvs))
+			}
+			// count_only ignores limit and filters, and is counted by the store unless
+			// the range hides keys: the same count, no keys, never more.
+			only := &pb.RangeRequest{Key: req.Key, RangeEnd: req.RangeEnd, Limit: limit, CountOnly: true, MinModRevision: 1 << 40}
+			if got, err := k.Range(context.Background(), only); err != nil || got.Count != want.Count || got.More || len(got.Kvs) != 0 {
+				t.Errorf("%q limit %d count_only: %v, %v; want count %d", rg, limit, got, err, want.Count)
 			}
 			if pageOnly(whole) || !pageOnly(req) {
 				t.Fatal("pageOnly: a filtered range paged, or a plain limited one not")
