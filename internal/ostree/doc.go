@@ -8,17 +8,21 @@
 //
 //   - live: a bitmask, bit i set when items[i] counts (a node holds at most 63 items,
 //     which is why the degree is at most 32),
+//   - stamps: items[i]'s stamp at stamps[i], beside the items,
 //   - count: how many items of its subtree count, and
 //   - stamp: a bound at or above every stamp in its subtree,
 //
 // so CountLess adds up one mask's popcount and the counts of the children left of the
 // search path on each level, O(degree · depth), and AscendStampAbove visits only the
-// subtrees whose stamp bound exceeds its argument.
+// subtrees whose stamp bound exceeds its argument and, in them, compares stamps
+// without touching the items (an item is a pointer: reading each one's stamp through
+// it cost a cache miss per item, 9 µs per changed key found at 1M keys, against
+// under 1 µs with the stamps beside them, for 8 bytes a key).
 //
 // The aggregates are facts about the items alone, kept on the path that a write copies
 // anyway: an insert or replace adjusts count and raises stamp on each node it descends
-// through, a split or a steal recomputes the nodes it reshapes from their masks and
-// children (and their stamps from the items), a merge adds. A removal lowers counts
+// through, a split or a steal recomputes the nodes it reshapes from their masks,
+// stamps and children, a merge adds. A removal lowers counts
 // but leaves the stamp bounds where they were: a bound may then sit above every stamp
 // it covers, which costs AscendStampAbove a visit, never a wrong answer (fsm removes
 // a key only when its every version is below the compact revision, so its stamp is

@@ -136,7 +136,7 @@ func (n *node[T]) ascendStamp(lo T, hi *T, stamp int64, fn Iterator[T]) bool {
 		if hi != nil && !n.cow.less(it, *hi) {
 			return false
 		}
-		if _, st := n.cow.measure(it); st > stamp && !fn(it) {
+		if n.stamps[i] > stamp && !fn(it) {
 			return false
 		}
 	}
@@ -163,11 +163,14 @@ func (n *node[T]) verify(maxItems int) (int, error) {
 	if n.live&^low(len(n.items)) != 0 {
 		return 0, fmt.Errorf("ostree: live bits %b beyond %d items", n.live, len(n.items))
 	}
+	if len(n.stamps) != len(n.items) {
+		return 0, fmt.Errorf("ostree: %d stamps for %d items", len(n.stamps), len(n.items))
+	}
 	items, count, stamp := len(n.items), 0, int64(0)
 	for i, it := range n.items {
 		live, st := n.cow.measure(it)
-		if live != n.liveAt(i) {
-			return 0, fmt.Errorf("ostree: item %d: live bit %v, measure %v", i, n.liveAt(i), live)
+		if live != n.liveAt(i) || st != n.stamps[i] {
+			return 0, fmt.Errorf("ostree: item %d: live bit %v stamp %d, measure %v %d", i, n.liveAt(i), n.stamps[i], live, st)
 		}
 		if i > 0 && !n.cow.less(n.items[i-1], it) {
 			return 0, fmt.Errorf("ostree: items %d and %d out of order", i-1, i)

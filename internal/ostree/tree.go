@@ -61,11 +61,23 @@ func New[T any](degree int, less LessFunc[T], measure Measure[T]) *Tree[T] {
 // len(items)+1. Its aggregates cover its subtree (see the package comment).
 type node[T any] struct {
 	items    []T
+	stamps   []int64 // stamps[i] is items[i]'s stamp: a scan for stamps reads no item
 	children []*node[T]
 	cow      *cowContext[T]
 	live     uint64 // bit i: items[i] counts
 	count    int    // counted items in the subtree
 	stamp    int64  // >= every stamp in the subtree
+}
+
+// meta is an item's measure as its node keeps it.
+type meta struct {
+	live  bool
+	stamp int64
+}
+
+func (c *cowContext[T]) meta(item T) meta {
+	live, stamp := c.measure(item)
+	return meta{live, stamp}
 }
 
 func b2i(b bool) int {
@@ -80,31 +92,39 @@ func low(i int) uint64 { return uint64(1)<<uint(i) - 1 }
 
 func (n *node[T]) liveAt(i int) bool { return n.live>>uint(i)&1 == 1 }
 
-// insertItem inserts item at index i, shifting its live bits with it.
-func (n *node[T]) insertItem(i int, item T, live bool) {
+func (n *node[T]) metaAt(i int) meta { return meta{n.liveAt(i), n.stamps[i]} }
+
+// insertItem inserts item at index i, shifting the live bits and stamps with it.
+func (n *node[T]) insertItem(i int, item T, m meta) {
 	var zero T
 	n.items = append(n.items, zero)
 	copy(n.items[i+1:], n.items[i:])
 	n.items[i] = item
-	n.live = n.live&low(i) | (n.live&^low(i))<<1 | uint64(b2i(live))<<uint(i)
+	n.stamps = append(n.stamps, 0)
+	copy(n.stamps[i+1:], n.stamps[i:])
+	n.stamps[i] = m.stamp
+	n.live = n.live&low(i) | (n.live&^low(i))<<1 | uint64(b2i(m.live))<<uint(i)
 }
 
-// removeItem removes the item at index i and returns it with its live bit.
-func (n *node[T]) removeItem(i int) (T, bool) {
-	item, live := n.items[i], n.liveAt(i)
+// removeItem removes the item at index i and returns it with its measure.
+func (n *node[T]) removeItem(i int) (T, meta) {
+	item, m := n.items[i], n.metaAt(i)
 	copy(n.items[i:], n.items[i+1:])
 	var zero T
 	n.items[len(n.items)-1] = zero
 	n.items = n.items[:len(n.items)-1]
+	copy(n.stamps[i:], n.stamps[i+1:])
+	n.stamps = n.stamps[:len(n.stamps)-1]
 	n.live = n.live&low(i) | (n.live>>1)&^low(i)
-	return item, live
+	return item, m
 }
 
-func (n *node[T]) popItem() (T, bool) { return n.removeItem(len(n.items) - 1) }
+func (n *node[T]) popItem() (T, meta) { return n.removeItem(len(n.items) - 1) }
 
-func (n *node[T]) setItem(i int, item T, live bool) {
+func (n *node[T]) setItem(i int, item T, m meta) {
 	n.items[i] = item
-	n.live = n.live&^(1<<uint(i)) | uint64(b2i(live))<<uint(i)
+	n.stamps[i] = m.stamp
+	n.live = n.live&^(1<<uint(i)) | uint64(b2i(m.live))<<uint(i)
 }
 
 // truncateItems keeps the first i items.
@@ -114,13 +134,15 @@ func (n *node[T]) truncateItems(i int) {
 		n.items[j] = zero
 	}
 	n.items = n.items[:i]
+	n.stamps = n.stamps[:i]
 	n.live &= low(i)
 }
 
-// appendItems appends src's items[from:] with their live bits.
+// appendItems appends src's items[from:] with their live bits and stamps.
 func (n *node[T]) appendItems(src *node[T], from int) {
 	n.live |= (src.live >> uint(from)) << uint(len(n.items))
 	n.items = append(n.items, src.items[from:]...)
+	n.stamps = append(n.stamps, src.stamps[from:]...)
 }
 
 func (n *node[T]) find(item T) (int, bool) {
@@ -143,8 +165,7 @@ func (n *node[T]) recount() {
 // restamp sets stamp exactly from the items and the children's bounds.
 func (n *node[T]) restamp() {
 	s := int64(0)
-	for _, it := range n.items {
-		_, st := n.cow.measure(it)
+	for _, st := range n.stamps {
 		s = max(s, st)
 	}
 	for _, c := range n.children {
@@ -160,6 +181,8 @@ func (n *node[T]) mutableFor(cow *cowContext[T]) *node[T] {
 	out := &node[T]{cow: cow, live: n.live, count: n.count, stamp: n.stamp}
 	out.items = make([]T, len(n.items), cap(n.items))
 	copy(out.items, n.items)
+	out.stamps = make([]int64, len(n.stamps), cap(n.items))
+	copy(out.stamps, n.stamps)
 	if len(n.children) > 0 {
 		out.children = make([]*node[T], len(n.children), cap(n.children))
 		copy(out.children, n.children)
@@ -176,8 +199,8 @@ func (n *node[T]) mutableChild(i int) *node[T] {
 // split splits n at index i: n keeps the items before i, the item at i is returned
 // with its live bit, and a new node holds the items and children after it. Both
 // nodes' aggregates are exact afterwards.
-func (n *node[T]) split(i int) (T, bool, *node[T]) {
-	item, live := n.items[i], n.liveAt(i)
+func (n *node[T]) split(i int) (T, meta, *node[T]) {
+	item, m := n.items[i], n.metaAt(i)
 	next := &node[T]{cow: n.cow}
 	next.appendItems(n, i+1)
 	n.truncateItems(i)
@@ -189,10 +212,10 @@ func (n *node[T]) split(i int) (T, bool, *node[T]) {
 		n.children = n.children[:i+1]
 	}
 	next.recount()
-	n.count -= next.count + b2i(live)
+	n.count -= next.count + b2i(m.live)
 	next.restamp()
 	n.restamp()
-	return item, live, next
+	return item, m, next
 }
 
 // maybeSplitChild splits child i if it is full and reports whether it did. n's own
@@ -202,19 +225,18 @@ func (n *node[T]) maybeSplitChild(i, maxItems int) bool {
 		return false
 	}
 	first := n.mutableChild(i)
-	item, live, second := first.split(maxItems / 2)
-	n.insertItem(i, item, live)
+	item, m, second := first.split(maxItems / 2)
+	n.insertItem(i, item, m)
 	n.children = append(n.children, nil)
 	copy(n.children[i+2:], n.children[i+1:])
 	n.children[i+1] = second
 	return true
 }
 
-// insert inserts item (whose measure is live, stamp) into n's subtree, keeping every
-// node at most maxItems items, and returns the item it replaced, if any, with its
-// live bit.
-func (n *node[T]) insert(item T, live bool, stamp int64, maxItems int) (out T, found, outLive bool) {
-	n.stamp = max(n.stamp, stamp)
+// insert inserts item (whose measure is m) into n's subtree, keeping every node at
+// most maxItems items, and returns the item it replaced, if any, with its live bit.
+func (n *node[T]) insert(item T, m meta, maxItems int) (out T, found, outLive bool) {
+	n.stamp = max(n.stamp, m.stamp)
 	i, found := n.find(item)
 	if !found && len(n.children) > 0 && n.maybeSplitChild(i, maxItems) {
 		switch inTree := n.items[i]; {
@@ -228,13 +250,13 @@ func (n *node[T]) insert(item T, live bool, stamp int64, maxItems int) (out T, f
 	switch {
 	case found:
 		out, outLive = n.items[i], n.liveAt(i)
-		n.setItem(i, item, live)
+		n.setItem(i, item, m)
 	case len(n.children) == 0:
-		n.insertItem(i, item, live)
+		n.insertItem(i, item, m)
 	default:
-		out, found, outLive = n.mutableChild(i).insert(item, live, stamp, maxItems)
+		out, found, outLive = n.mutableChild(i).insert(item, m, maxItems)
 	}
-	n.count += b2i(live) - b2i(found && outLive)
+	n.count += b2i(m.live) - b2i(found && outLive)
 	return out, found, outLive
 }
 
@@ -258,16 +280,18 @@ func (n *node[T]) remove(item T, max bool, minItems int) (out T, found, outLive 
 	var i int
 	if max {
 		if len(n.children) == 0 {
-			out, outLive = n.popItem()
-			n.count -= b2i(outLive)
-			return out, true, outLive
+			out, m := n.popItem()
+			n.count -= b2i(m.live)
+			return out, true, m.live
 		}
 		i = len(n.items)
 	} else {
 		i, found = n.find(item)
 		if len(n.children) == 0 {
 			if found {
-				out, outLive = n.removeItem(i)
+				var m meta
+				out, m = n.removeItem(i)
+				outLive = m.live
 				n.count -= b2i(outLive)
 			}
 			return out, found, outLive
@@ -282,8 +306,8 @@ func (n *node[T]) remove(item T, max bool, minItems int) (out T, found, outLive 
 		// Item i leaves; its predecessor, the largest item of child i, takes its place.
 		out, outLive = n.items[i], n.liveAt(i)
 		var zero T
-		pred, _, predLive := child.remove(zero, true, minItems)
-		n.setItem(i, pred, predLive)
+		pred, _, _ := child.remove(zero, true, minItems)
+		n.setItem(i, pred, n.cow.meta(pred))
 		n.count -= b2i(outLive)
 		return out, true, outLive
 	}
@@ -299,9 +323,9 @@ func (n *node[T]) growChild(i, minItems int) {
 	switch {
 	case i > 0 && len(n.children[i-1].items) > minItems:
 		child, from := n.mutableChild(i), n.mutableChild(i-1)
-		stolen, stolenLive := from.popItem()
-		child.insertItem(0, n.items[i-1], n.liveAt(i-1))
-		n.setItem(i-1, stolen, stolenLive)
+		stolen, m := from.popItem()
+		child.insertItem(0, n.items[i-1], n.metaAt(i-1))
+		n.setItem(i-1, stolen, m)
 		if len(from.children) > 0 {
 			c := from.children[len(from.children)-1]
 			from.children[len(from.children)-1] = nil
@@ -314,9 +338,9 @@ func (n *node[T]) growChild(i, minItems int) {
 		from.restamp()
 	case i < len(n.items) && len(n.children[i+1].items) > minItems:
 		child, from := n.mutableChild(i), n.mutableChild(i+1)
-		stolen, stolenLive := from.removeItem(0)
-		child.insertItem(len(child.items), n.items[i], n.liveAt(i))
-		n.setItem(i, stolen, stolenLive)
+		stolen, m := from.removeItem(0)
+		child.insertItem(len(child.items), n.items[i], n.metaAt(i))
+		n.setItem(i, stolen, m)
 		if len(from.children) > 0 {
 			child.children = append(child.children, from.children[0])
 			copy(from.children, from.children[1:])
@@ -332,17 +356,16 @@ func (n *node[T]) growChild(i, minItems int) {
 			i--
 		}
 		child := n.mutableChild(i)
-		mergeItem, mergeLive := n.removeItem(i)
+		mergeItem, m := n.removeItem(i)
 		merged := n.children[i+1]
 		copy(n.children[i+1:], n.children[i+2:])
 		n.children[len(n.children)-1] = nil
 		n.children = n.children[:len(n.children)-1]
-		_, st := n.cow.measure(mergeItem)
-		child.insertItem(len(child.items), mergeItem, mergeLive)
+		child.insertItem(len(child.items), mergeItem, m)
 		child.appendItems(merged, 0)
 		child.children = append(child.children, merged.children...)
-		child.count += b2i(mergeLive) + merged.count
-		child.stamp = max(child.stamp, merged.stamp, st)
+		child.count += b2i(m.live) + merged.count
+		child.stamp = max(child.stamp, merged.stamp, m.stamp)
 	}
 }
 
@@ -363,25 +386,25 @@ func (t *Tree[T]) minItems() int { return t.degree - 1 }
 // ReplaceOrInsert adds item to the tree, replacing and returning an equal item if
 // there is one.
 func (t *Tree[T]) ReplaceOrInsert(item T) (T, bool) {
-	live, stamp := t.cow.measure(item)
+	m := t.cow.meta(item)
 	if t.root == nil {
 		t.root = &node[T]{cow: t.cow}
-		t.root.insertItem(0, item, live)
-		t.root.count, t.root.stamp = b2i(live), stamp
+		t.root.insertItem(0, item, m)
+		t.root.count, t.root.stamp = b2i(m.live), m.stamp
 		t.length++
 		var zero T
 		return zero, false
 	}
 	t.root = t.root.mutableFor(t.cow)
 	if len(t.root.items) >= t.maxItems() {
-		item2, live2, second := t.root.split(t.maxItems() / 2)
+		item2, m2, second := t.root.split(t.maxItems() / 2)
 		old := t.root
 		t.root = &node[T]{cow: t.cow, children: []*node[T]{old, second}}
-		t.root.insertItem(0, item2, live2)
+		t.root.insertItem(0, item2, m2)
 		t.root.recount()
 		t.root.restamp()
 	}
-	out, found, _ := t.root.insert(item, live, stamp, t.maxItems())
+	out, found, _ := t.root.insert(item, m, t.maxItems())
 	if !found {
 		t.length++
 	}
