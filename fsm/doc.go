@@ -31,6 +31,47 @@
 // View is one atomic load and never waits. A View stays valid and consistent however
 // long it is held. The Compactor owns one goroutine, from StartCompactor to Close.
 //
+// # Counts in O(log n)
+//
+// "How many live keys in [a, b) at revision r" is answered without visiting the range
+// (count.go; View.Count, RangeWith's count, a transaction's get). etcd walks the rest
+// of the range for it, and kube-apiserver asks for it on every page: paging a 500k-key
+// prefix cost O(n) a page. The keyspace tree is internal/ostree, google/btree's tree
+// forked to keep, per node, a bitmask of which items are live at the latest revision,
+// each item's stamp (the revision of the key's newest version) beside it, the count of
+// live keys in its subtree and a bound on its subtree's newest stamp.
+//
+//   - At the latest revision: count = rank(b) − rank(a), each rank a popcount and the
+//     counts of the children left of the search path, on each of the tree's 3-4 levels:
+//     about 1 µs at 1M keys, where the walk took 110 ms.
+//   - At an older revision r: the keys whose liveness changed after r all have their
+//     newest version after r, and the stamp bounds lead to exactly those of [a, b),
+//     skipping every subtree written to at or before r; each one found corrects the
+//     count by [live at r] − [live now]. The correction costs O(k · (degree + log n))
+//     for the k keys of the range written after r — 1.2 µs each at 1M keys — and never
+//     more than a walk of the range. It is small where counts are asked for: a scan's
+//     first page reads the latest revision (k = 0), and its later pages read that
+//     revision while the range takes writes, so k is the keys of the rest written
+//     during the scan (a 500k-key list of 1000 pages over 10 s, under 1000 writes/s to
+//     the prefix, ends with k ≤ 10k: 12 ms, against 50 ms to walk the rest).
+//
+// Why this shape. A separate order-statistic tree of the live keys would have to be
+// kept in step on every write (a second copy-on-write path per put) and still could
+// not count at an older revision; a log of changes per revision would be scanned
+// whole, in and out of [a, b), and need a compaction of its own. The aggregates ride
+// on the path a write copies anyway, so views keep their counts for free.
+//
+// Invariants. The aggregates are functions of the items: entryMeasure reads only an
+// entry's newest version, and entries are replaced, never modified, so a view's tree
+// (shared nodes) keeps its counts however long it is held; Restore rebuilds them by
+// inserting. Answers depend on the items alone, so Apply stays deterministic; the
+// stamp bounds may differ between replicas whose compactors reclaimed different
+// amounts — a removed key's stamp may linger in a bound — which changes cost, never an
+// answer, and not even cost: a key leaves the tree only when all its versions are
+// below the compact revision, so the lingering stamp is below any readable revision.
+// Costs: 8 bytes a key for the stamps (the masks and counts are per node), and the
+// write path's aggregate updates; bench/README.md "Counts in O(log n)" has both.
+//
 // # etcd's KV API
 //
 // Every etcd v3 KV request maps onto one command or one view read, answered as etcd 3.7

@@ -220,3 +220,40 @@ func TestListRemainingItemCount(t *testing.T) {
 		t.Errorf("typed whole list: %d items, remainingItemCount %v", len(l.Items), l.Metadata.RemainingItemCount)
 	}
 }
+
+// TestListRemainingItemCountUnderACL: a token whose rules cover the whole range gets
+// the exact count from the store, however long the rest; one whose rules cover part
+// of it gets the count of the keys it may read, only when the rest fits in one more
+// page (they can only be counted by reading them), and none otherwise. Kills: the
+// store's count given to a token that may read part of the range (r/x counted).
+//
+//	keys r/00 .. r/29, r/x      all-r: read r/      part: read r/1, r/2
+func TestListRemainingItemCountUnderACL(t *testing.T) {
+	as := newACLServer(t)
+	for i := range 30 {
+		as.mustAs(as.root, http.MethodPut, fmt.Sprintf("%sr/%02d", api.PathKV, i), []byte("v"), http.StatusOK, nil)
+	}
+	as.mustAs(as.root, http.MethodPut, api.PathKV+"r/x", []byte("v"), http.StatusOK, nil)
+	all := as.tokenFor("all-r", "r/", api.AccessRead)
+	part := as.tokenFor("part", "r/1", api.AccessRead, "r/2", api.AccessRead)
+	for i, c := range []struct {
+		secret string
+		limit  int
+		first  string // the page's first key
+		want   string // remainingItemCount, "-" absent
+	}{
+		{all, 5, "r/00", "26"},
+		{part, 5, "r/10", "-"},  // 15 readable keys follow: more than one page
+		{part, 11, "r/10", "9"}, // r/21 .. r/29 and r/x fit in one page; r/x is not readable
+	} {
+		var page api.ListResponse
+		as.mustAs(c.secret, http.MethodGet, fmt.Sprintf("%sr/?list=true&limit=%d", api.PathKV, c.limit), nil, http.StatusOK, &page)
+		got := "-"
+		if page.RemainingItemCount != nil {
+			got = strconv.FormatInt(*page.RemainingItemCount, 10)
+		}
+		if len(page.Items) == 0 || string(page.Items[0].Key) != c.first || got != c.want {
+			t.Errorf("#%d: %d items from %v, remainingItemCount %s; want from %s, %s", i, len(page.Items), page.Items, got, c.first, c.want)
+		}
+	}
+}
