@@ -24,7 +24,8 @@ var benchCountSizes = []int{10_000, 100_000, 500_000, 1_000_000}
 // of stores of 10k to 1M keys: walk is the page plus a walk of the range (the count
 // before count.go), tree the page plus the tree's ranks. old= reads at a revision
 // that 100 overwrites spread over the range have left behind (a later page of a
-// scan), where the tree corrects its ranks key by key.
+// scan), where the tree corrects its ranks key by key. countonly is the count alone
+// (View.Count, RangeWith with CountOnly), without the page.
 func BenchmarkRangeCount(b *testing.B) {
 	for _, n := range benchCountSizes {
 		s := loaded(b, n, 16)
@@ -62,14 +63,19 @@ func BenchmarkRangeCount(b *testing.B) {
 				}
 			})
 		}
-		b.Run(fmt.Sprintf("keys=%d/countonly/tree", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if c, _ := v.Count(from, end, 0); c != int64(n) {
-					b.Fatal(c)
+		for _, c := range []struct {
+			name string
+			rev  int64
+		}{{"latest", 0}, {"old=100", rev}} {
+			b.Run(fmt.Sprintf("keys=%d/countonly/%s", n, c.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if got, _ := v.Count(from, end, c.rev); got != int64(n) {
+						b.Fatal(got)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

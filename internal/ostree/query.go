@@ -126,7 +126,7 @@ func (n *node[T]) ascendStamp(lo T, hi *T, stamp int64, fn Iterator[T]) bool {
 	}
 	i, _ := n.find(lo)
 	for ; i <= len(n.items); i++ {
-		if len(n.children) > 0 && !n.children[i].ascendStamp(lo, hi, stamp, fn) {
+		if len(n.children) > 0 && n.cstamps[i] > stamp && !n.children[i].ascendStamp(lo, hi, stamp, fn) {
 			return false
 		}
 		if i == len(n.items) {
@@ -178,7 +178,13 @@ func (n *node[T]) verify(maxItems int) (int, error) {
 		count += b2i(live)
 		stamp = max(stamp, st)
 	}
-	for _, c := range n.children {
+	if len(n.cstamps) != len(n.children) {
+		return 0, fmt.Errorf("ostree: %d child stamps for %d children", len(n.cstamps), len(n.children))
+	}
+	for i, c := range n.children {
+		if n.cstamps[i] != c.stamp {
+			return 0, fmt.Errorf("ostree: child %d: stamp %d, its bound %d", i, n.cstamps[i], c.stamp)
+		}
 		k, err := c.verify(maxItems)
 		if err != nil {
 			return 0, err

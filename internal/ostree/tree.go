@@ -63,6 +63,7 @@ type node[T any] struct {
 	items    []T
 	stamps   []int64 // stamps[i] is items[i]'s stamp: a scan for stamps reads no item
 	children []*node[T]
+	cstamps  []int64 // cstamps[i] is children[i].stamp: a scan for stamps reads no child it skips
 	cow      *cowContext[T]
 	live     uint64 // bit i: items[i] counts
 	count    int    // counted items in the subtree
@@ -168,10 +169,18 @@ func (n *node[T]) restamp() {
 	for _, st := range n.stamps {
 		s = max(s, st)
 	}
-	for _, c := range n.children {
-		s = max(s, c.stamp)
+	for _, st := range n.cstamps {
+		s = max(s, st)
 	}
 	n.stamp = s
+}
+
+// syncChildren copies the children's stamp bounds into cstamps, after a reshaping.
+func (n *node[T]) syncChildren() {
+	n.cstamps = n.cstamps[:0]
+	for _, c := range n.children {
+		n.cstamps = append(n.cstamps, c.stamp)
+	}
 }
 
 func (n *node[T]) mutableFor(cow *cowContext[T]) *node[T] {
@@ -186,6 +195,8 @@ func (n *node[T]) mutableFor(cow *cowContext[T]) *node[T] {
 	if len(n.children) > 0 {
 		out.children = make([]*node[T], len(n.children), cap(n.children))
 		copy(out.children, n.children)
+		out.cstamps = make([]int64, len(n.cstamps), cap(n.children))
+		copy(out.cstamps, n.cstamps)
 	}
 	return out
 }
@@ -206,10 +217,12 @@ func (n *node[T]) split(i int) (T, meta, *node[T]) {
 	n.truncateItems(i)
 	if len(n.children) > 0 {
 		next.children = append(next.children, n.children[i+1:]...)
+		next.cstamps = append(next.cstamps, n.cstamps[i+1:]...)
 		for j := i + 1; j < len(n.children); j++ {
 			n.children[j] = nil
 		}
 		n.children = n.children[:i+1]
+		n.cstamps = n.cstamps[:i+1]
 	}
 	next.recount()
 	n.count -= next.count + b2i(m.live)
@@ -230,6 +243,9 @@ func (n *node[T]) maybeSplitChild(i, maxItems int) bool {
 	n.children = append(n.children, nil)
 	copy(n.children[i+2:], n.children[i+1:])
 	n.children[i+1] = second
+	n.cstamps = append(n.cstamps, 0)
+	copy(n.cstamps[i+2:], n.cstamps[i+1:])
+	n.cstamps[i], n.cstamps[i+1] = first.stamp, second.stamp
 	return true
 }
 
@@ -254,7 +270,9 @@ func (n *node[T]) insert(item T, m meta, maxItems int) (out T, found, outLive bo
 	case len(n.children) == 0:
 		n.insertItem(i, item, m)
 	default:
-		out, found, outLive = n.mutableChild(i).insert(item, m, maxItems)
+		child := n.mutableChild(i)
+		out, found, outLive = child.insert(item, m, maxItems)
+		n.cstamps[i] = child.stamp
 	}
 	n.count += b2i(m.live) - b2i(found && outLive)
 	return out, found, outLive
@@ -308,11 +326,13 @@ func (n *node[T]) remove(item T, max bool, minItems int) (out T, found, outLive 
 		var zero T
 		pred, _, _ := child.remove(zero, true, minItems)
 		n.setItem(i, pred, n.cow.meta(pred))
+		n.cstamps[i] = child.stamp
 		n.count -= b2i(outLive)
 		return out, true, outLive
 	}
 	out, found, outLive = child.remove(item, max, minItems)
 	n.count -= b2i(found && outLive)
+	n.cstamps[i] = child.stamp
 	return out, found, outLive
 }
 
@@ -332,6 +352,8 @@ func (n *node[T]) growChild(i, minItems int) {
 			from.children = from.children[:len(from.children)-1]
 			child.children = append([]*node[T]{c}, child.children...)
 		}
+		child.syncChildren()
+		from.syncChildren()
 		child.recount()
 		from.recount()
 		child.restamp()
@@ -347,6 +369,8 @@ func (n *node[T]) growChild(i, minItems int) {
 			from.children[len(from.children)-1] = nil
 			from.children = from.children[:len(from.children)-1]
 		}
+		child.syncChildren()
+		from.syncChildren()
 		child.recount()
 		from.recount()
 		child.restamp()
@@ -364,9 +388,11 @@ func (n *node[T]) growChild(i, minItems int) {
 		child.insertItem(len(child.items), mergeItem, m)
 		child.appendItems(merged, 0)
 		child.children = append(child.children, merged.children...)
+		child.cstamps = append(child.cstamps, merged.cstamps...)
 		child.count += b2i(m.live) + merged.count
 		child.stamp = max(child.stamp, merged.stamp, m.stamp)
 	}
+	n.syncChildren()
 }
 
 // Clone returns a copy of t in O(1): t and the copy share every node, and each copies
@@ -399,7 +425,7 @@ func (t *Tree[T]) ReplaceOrInsert(item T) (T, bool) {
 	if len(t.root.items) >= t.maxItems() {
 		item2, m2, second := t.root.split(t.maxItems() / 2)
 		old := t.root
-		t.root = &node[T]{cow: t.cow, children: []*node[T]{old, second}}
+		t.root = &node[T]{cow: t.cow, children: []*node[T]{old, second}, cstamps: []int64{old.stamp, second.stamp}}
 		t.root.insertItem(0, item2, m2)
 		t.root.recount()
 		t.root.restamp()
