@@ -43,17 +43,20 @@
 //
 //   - At the latest revision: count = rank(b) − rank(a), each rank a popcount and the
 //     counts of the children left of the search path, on each of the tree's 3-4 levels:
-//     about 1 µs at 1M keys, where the walk took 110 ms.
+//     under 1 µs at 1M keys, where the walk took 110-190 ms (bench/README.md).
 //   - At an older revision r: the keys whose liveness changed after r all have their
 //     newest version after r, and the stamp bounds lead to exactly those of [a, b),
 //     skipping every subtree written to at or before r; each one found corrects the
 //     count by [live at r] − [live now]. The correction costs O(k · (degree + log n))
-//     for the k keys of the range written after r — 1.2 µs each at 1M keys — and never
-//     more than a walk of the range. It is small where counts are asked for: a scan's
-//     first page reads the latest revision (k = 0), and its later pages read that
-//     revision while the range takes writes, so k is the keys of the rest written
-//     during the scan (a 500k-key list of 1000 pages over 10 s, under 1000 writes/s to
-//     the prefix, ends with k ≤ 10k: 12 ms, against 50 ms to walk the rest).
+//     for the k keys of the range written after r — about 1 µs each at 1M keys, the
+//     stamps being kept beside the items and children they bound — and never more
+//     than a walk of the range. It is small where counts are asked for: a scan's first
+//     page reads the latest revision (k = 0), and its later pages read that revision
+//     while the range takes writes, so k is the keys of the rest of the range written
+//     since the first page. A 500k-key list in 1000 pages of 500 over 10 s, under
+//     1000 writes/s to the prefix, has k ≤ 10k on its last pages (≤ 10 ms; fewer, as
+//     the rest shrinks), where the walk cost 100 ms on the first page and 50 ms on
+//     the average one.
 //
 // Why this shape. A separate order-statistic tree of the live keys would have to be
 // kept in step on every write (a second copy-on-write path per put) and still could
