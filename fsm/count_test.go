@@ -27,7 +27,7 @@ func countKeys() []string {
 func (m *model) bruteCount(keys []string, key, end []byte, rev int64) int64 {
 	n := int64(0)
 	for _, k := range keys[sort.SearchStrings(keys, string(key)):] {
-		if end == nil && k != string(key) || end != nil && len(end) > 0 && k >= string(end) {
+		if end == nil && k != string(key) || len(end) > 0 && k >= string(end) {
 			break
 		}
 		if m.get(k, rev) != nil {
@@ -119,7 +119,7 @@ func runCountModel(t *testing.T, seed uint64, steps int) {
 			want := m.bruteCount(keys, rr.key, rr.end, cmp0(rev, m.rev))
 			if cmd.Type == CmdTxn {
 				get := Op{Type: OpGet, Key: rr.key, End: rr.end, Limit: 3, Range: RangeOptions{Revision: rev, WithCount: true}}
-				if rr.end != nil && len(rr.end) > 0 && bytes.Compare(rr.end, rr.key) <= 0 {
+				if len(rr.end) > 0 && bytes.Compare(rr.end, rr.key) <= 0 {
 					get.End = nil // validateOp refuses an empty range
 					want = m.bruteCount(keys, rr.key, nil, cmp0(rev, m.rev))
 				}
