@@ -68,3 +68,7 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/protobuf v1.36.12
 )
+
+// keel's fork of hashicorp/raft v1.8.0: the leader writes its log in parallel with
+// replicating it (raft/third_party/hashicorp-raft/PATCHES.md).
+replace github.com/hashicorp/raft => ./raft/third_party/hashicorp-raft

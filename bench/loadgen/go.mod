@@ -4,6 +4,9 @@ go 1.26.8
 
 replace github.com/keel-kv/keel => ../..
 
+// keel builds on its fork of hashicorp/raft (raft/third_party/hashicorp-raft/PATCHES.md).
+replace github.com/hashicorp/raft => ../../raft/third_party/hashicorp-raft
+
 require (
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/keel-kv/keel v0.0.0-00010101000000-000000000000
