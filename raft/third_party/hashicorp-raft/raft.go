@@ -1266,8 +1266,10 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	commitIndex := r.getCommitIndex()
 	r.tryStageCommitIndex(commitIndex)
 
-	// Write the log entry locally
-	if err := r.logs.StoreLogs(logs); err != nil {
+	// Write the log entry locally: with an AsyncLogStore the entries are readable
+	// now and durable once wait returns (keel: PATCHES.md, log_async.go).
+	wait, err := storeLogsAsync(r.logs, logs)
+	if err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
 		for _, applyLog := range applyLogs {
 			applyLog.respond(err)
@@ -1275,15 +1277,31 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		r.setState(Follower)
 		return
 	}
-	r.leaderState.commitment.match(r.localID, lastIndex)
 
-	// Update the last log since it's on disk now
+	// Update the last log, so the replicators send the new entries while the local
+	// write completes; followers make them durable before they answer.
+	prevIndex, prevTerm := r.getLastLog()
 	r.setLastLog(lastIndex, term)
 
 	// Notify the replicators of the new log
 	for _, f := range r.leaderState.replState {
 		asyncNotifyCh(f.triggerCh)
 	}
+
+	// Count the leader toward the quorum only once its own copy is durable. A failed
+	// write ends this leadership: the store no longer holds the entries, which a
+	// follower may hold and commit, so no other entry may take their indexes in
+	// this term (canonical/raft#320).
+	if err := wait(); err != nil {
+		r.logger.Error("failed to commit logs", "error", err)
+		r.setLastLog(prevIndex, prevTerm)
+		for _, applyLog := range applyLogs {
+			applyLog.respond(err)
+		}
+		r.setState(Follower)
+		return
+	}
+	r.leaderState.commitment.match(r.localID, lastIndex)
 }
 
 // processLogs is used to apply all the committed entries that haven't been

@@ -1,0 +1,82 @@
+// Copyright IBM Corp. 2013, 2025
+// SPDX-License-Identifier: MPL-2.0
+
+// This file is keel's addition to hashicorp/raft v1.8.0 (PATCHES.md).
+
+package raft
+
+import "fmt"
+
+// AsyncLogStore is a LogStore that can make a batch of entries readable before they
+// are durable, so that a leader sends a batch to its followers while it writes the
+// batch to its own disk (the Raft thesis, §10.2.1). The leader counts itself toward a
+// commit quorum only once its own write is durable; followers still make entries
+// durable before they answer, so an entry is committed only when a majority holds it
+// on disk, the leader among them or not.
+//
+// StoreLogsAsync starts appending logs, which follow the log as for StoreLogs. When it
+// returns an error, nothing of logs was stored (as for a failed StoreLogs) and wait is
+// nil. Otherwise GetLog (and LastIndex) already see every entry of logs, and wait must
+// be called exactly once, before any other write to the store: it returns nil once the
+// entries are durable. If wait returns an error, the store holds none of logs any more
+// — GetLog no longer returns them — and the caller must treat the outcome of the batch
+// as unknown: another server may hold the entries and commit them. A store may do the
+// durable write in wait itself, on the caller's goroutine.
+type AsyncLogStore interface {
+	LogStore
+	StoreLogsAsync(logs []*Log) (wait func() error, err error)
+}
+
+// StoreLogsAsync implements AsyncLogStore: the entries enter the cache at once, so
+// the leader's replication reads them while they are being written. When the store
+// below is not an AsyncLogStore the entries are stored synchronously first, as by
+// StoreLogs, and wait returns nil.
+func (c *LogCache) StoreLogsAsync(logs []*Log) (func() error, error) {
+	as, ok := c.store.(AsyncLogStore)
+	if !ok {
+		if err := c.StoreLogs(logs); err != nil {
+			return nil, err
+		}
+		return func() error { return nil }, nil
+	}
+	wait, err := as.StoreLogsAsync(logs)
+	if err != nil {
+		return nil, fmt.Errorf("unable to store logs within log store, err: %q", err)
+	}
+	c.l.Lock()
+	for _, l := range logs {
+		c.cache[l.Index%uint64(len(c.cache))] = l
+	}
+	c.l.Unlock()
+	return func() error {
+		if err := wait(); err != nil {
+			c.forget(logs)
+			return fmt.Errorf("unable to store logs within log store, err: %q", err)
+		}
+		return nil
+	}, nil
+}
+
+// forget drops logs from the cache: their write failed.
+func (c *LogCache) forget(logs []*Log) {
+	c.l.Lock()
+	defer c.l.Unlock()
+	for _, l := range logs {
+		slot := l.Index % uint64(len(c.cache))
+		if c.cache[slot] == l {
+			c.cache[slot] = nil
+		}
+	}
+}
+
+// storeLogsAsync starts storing logs in store, asynchronously if it is an
+// AsyncLogStore, else synchronously (wait then returns nil).
+func storeLogsAsync(store LogStore, logs []*Log) (wait func() error, err error) {
+	if as, ok := store.(AsyncLogStore); ok {
+		return as.StoreLogsAsync(logs)
+	}
+	if err := store.StoreLogs(logs); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
