@@ -489,8 +489,9 @@ func TestFailedWrite(t *testing.T) {
 // acknowledged entries (the failed batch was cut from the page cache before the store
 // failed: issue 22, case 3), and a power loss at most part of the failed batch besides.
 func TestFailedSync(t *testing.T) {
-	for _, op := range []string{"sync", "truncate"} {
+	for _, op := range []string{"sync", "truncate", "async-sync", "async-truncate"} {
 		t.Run(op, func(t *testing.T) {
+			op, async := strings.CutPrefix(op, "async-")
 			m := newMemFS()
 			var fails atomic.Int32
 			failed := make(chan error, 4)
@@ -515,7 +516,11 @@ func TestFailedSync(t *testing.T) {
 			} else {
 				m.failOnce(op, segPrefix, errEIO)
 			}
-			if err := s.StoreLogs(batch); !errors.Is(err, ErrFailed) || !errors.Is(err, errEIO) {
+			store := s.StoreLogs
+			if async {
+				store = func(logs []*hraft.Log) error { return storeAsync(t, s, logs) }
+			}
+			if err := store(batch); !errors.Is(err, ErrFailed) || !errors.Is(err, errEIO) {
 				t.Fatalf("store with failing %s = %v, want ErrFailed wrapping EIO", op, err)
 			}
 			select {
@@ -557,10 +562,10 @@ func TestFailedSync(t *testing.T) {
 	}
 }
 
-// TestModelWithCrashes: random appends (new terms rewriting conflicting suffixes),
-// head and tail deletes, restarts elsewhere, clean reopens, power losses in the middle
-// of an operation and injected write, sync and truncate failures, checked against an
-// in-memory log after every step.
+// TestModelWithCrashes: random appends (through StoreLogs or StoreLogsAsync, new terms
+// rewriting conflicting suffixes), head and tail deletes, restarts elsewhere, clean
+// reopens, power losses in the middle of an operation and injected write, sync and
+// truncate failures, checked against an in-memory log after every step.
 func TestModelWithCrashes(t *testing.T) {
 	defer func(n int64) { segmentMaxSize = n }(segmentMaxSize)
 	segmentMaxSize = 350
@@ -570,6 +575,7 @@ func TestModelWithCrashes(t *testing.T) {
 	}
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		arng := rand.New(rand.NewPCG(uint64(seed), 7)) // StoreLogs or StoreLogsAsync
 		m := newMemFS()
 		s := openMem(t, m)
 		h := history{}
@@ -602,6 +608,9 @@ func TestModelWithCrashes(t *testing.T) {
 					after, e = clone(batch), expect{tail: batch, oldEnd: lastIdx()}
 				}
 				run = func() error { return s.StoreLogs(batch) }
+				if arng.IntN(2) == 0 {
+					run = func() error { return storeAsync(t, s, batch) }
+				}
 			case op < 13: // head
 				max := model[0].Index + uint64(rng.IntN(len(model)))
 				after = clone(model[max-model[0].Index+1:])

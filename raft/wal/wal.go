@@ -322,16 +322,62 @@ func (s *Store) GetLog(index uint64, out *hraft.Log) error {
 func (s *Store) StoreLog(l *hraft.Log) error { return s.StoreLogs([]*hraft.Log{l}) }
 
 // StoreLogs appends entries, which must continue the log (any index when it is empty),
-// with one write and one fdatasync; it returns once they are durable. Entries that
-// start past the end (a user snapshot was restored in between) replace the log. An
-// entry over MaxRecordBytes is refused with ErrTooLarge and nothing is written.
+// with one write and one fdatasync; it returns once they are durable, and readers see
+// them only then. Entries that start past the end (a user snapshot was restored in
+// between) replace the log. An entry over MaxRecordBytes is refused with ErrTooLarge
+// and nothing is written.
 func (s *Store) StoreLogs(logs []*hraft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	err := s.storeLocked(logs)
+	b, err := s.writeLocked(logs)
+	if err == nil {
+		err = s.syncLocked(b)
+	}
+	if err == nil {
+		s.publish(b)
+	}
+	return s.stored(err)
+}
+
+// StoreLogsAsync is StoreLogs in two steps, for a leader that sends a batch to its
+// followers while it writes the batch to its own disk (hraft.AsyncLogStore, a
+// keel patch of hashicorp/raft). It writes the batch to the file and returns with
+// the entries readable (GetLog, LastIndex) but not yet durable; wait makes them
+// durable with the fdatasync and must be called exactly once. Until then the store
+// takes no other write (writeMu stays held), so, as for StoreLogs, a batch is
+// durable before the next one is written. An error from StoreLogsAsync means what
+// one from StoreLogs means; when wait fails, the store takes the entries back (GetLog
+// no longer returns them, the file is cut) and fails for good, as for a failed
+// fdatasync in StoreLogs: the entries may be durable on a follower, so their outcome
+// is unknown.
+func (s *Store) StoreLogsAsync(logs []*hraft.Log) (wait func() error, err error) {
+	if len(logs) == 0 {
+		return func() error { return nil }, nil
+	}
+	s.writeMu.Lock()
+	b, err := s.writeLocked(logs)
+	if err != nil {
+		err = s.stored(err)
+		s.writeMu.Unlock()
+		return nil, err
+	}
+	s.publish(b)
+	var once sync.Once
+	return func() error {
+		once.Do(func() {
+			defer s.writeMu.Unlock()
+			err = s.stored(s.syncLocked(b))
+		})
+		return err
+	}, nil
+}
+
+// stored ends a StoreLogs or StoreLogsAsync with its result err. Called with writeMu
+// held.
+func (s *Store) stored(err error) error {
 	switch {
 	case err == nil:
 		s.tailCut = false
@@ -346,14 +392,27 @@ func (s *Store) StoreLogs(logs []*hraft.Log) error {
 	return err
 }
 
-// storeLocked is StoreLogs with writeMu held.
-func (s *Store) storeLocked(logs []*hraft.Log) error {
+// batch is a batch written to the tail and not yet published to readers.
+type batch struct {
+	tail      *segment
+	offsets   []int64 // record start of each entry
+	size      int64   // bytes written
+	first     uint64  // index of the first entry
+	last      uint64  // index of the last entry
+	published bool    // readers see it (publish)
+	prevFirst uint64  // the log's bounds before publish
+	prevLast  uint64
+}
+
+// writeLocked checks logs and writes them at the end of the tail, without syncing. On
+// failure nothing of the batch stays behind (writeBatch). Called with writeMu held.
+func (s *Store) writeLocked(logs []*hraft.Log) (*batch, error) {
 	if err := s.writable(); err != nil {
-		return err
+		return nil, err
 	}
 	for _, l := range logs {
 		if recordSize(l)-recordHeader > MaxRecordBytes {
-			return fmt.Errorf("%w: entry %d is %d bytes, the limit is %d", ErrTooLarge, l.Index,
+			return nil, fmt.Errorf("%w: entry %d is %d bytes, the limit is %d", ErrTooLarge, l.Index,
 				len(l.Data)+len(l.Extensions), MaxRecordBytes-payloadFixed-trailerLen)
 		}
 	}
@@ -373,7 +432,7 @@ func (s *Store) storeLocked(logs []*hraft.Log) error {
 		err := s.deleteAllLocked()
 		s.mu.Unlock()
 		if err != nil {
-			return s.fail(err)
+			return nil, s.fail(err)
 		}
 		last, tail = 0, nil
 	}
@@ -383,60 +442,88 @@ func (s *Store) storeLocked(logs []*hraft.Log) error {
 	}
 	for i, l := range logs {
 		if want := base + uint64(i); l.Index != want {
-			return fmt.Errorf("%w: entry %d, expected %d", ErrNotContiguous, l.Index, want)
+			return nil, fmt.Errorf("%w: entry %d, expected %d", ErrNotContiguous, l.Index, want)
 		}
 	}
 	if tail == nil || tail.size >= segmentMaxSize || (len(tail.offsets) == 0 && tail.first != logs[0].Index) {
 		var err error
 		if tail, err = s.newSegment(logs[0].Index); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	s.buf = s.buf[:0]
-	offsets := make([]int64, len(logs))
+	b := &batch{tail: tail, offsets: make([]int64, len(logs)), first: logs[0].Index, last: logs[len(logs)-1].Index}
 	for i, l := range logs {
-		offsets[i] = tail.size + int64(len(s.buf))
+		b.offsets[i] = tail.size + int64(len(s.buf))
 		s.buf = appendRecord(s.buf, l, i == len(logs)-1)
 	}
-	if err := s.writeDurably(tail); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	tail.offsets = append(tail.offsets, offsets...)
-	tail.size += int64(len(s.buf))
-	if s.mu.first == 0 {
-		s.mu.first = logs[0].Index
-	}
-	s.mu.last = logs[len(logs)-1].Index
-	s.mu.Unlock()
+	b.size = int64(len(s.buf))
+	err := s.writeBatch(tail)
 	if cap(s.buf) > 4<<20 {
 		s.buf = nil // do not pin a huge batch's buffer
 	}
-	return nil
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
-// writeDurably writes s.buf at the end of tail and fdatasyncs it. On failure nothing of
-// the batch stays behind: a failed write is cut back before the plain error is
-// returned (the caller is told "not stored" only once that is certain), and a failed
-// fdatasync cuts the batch from the page cache — where a restart without a power loss
-// would read it back as good ("fsyncgate") — before the store fails; whether that cut
-// is durable is unknown, which is why it fails. Called with writeMu held.
-func (s *Store) writeDurably(tail *segment) error {
+// publish makes a written batch visible to readers.
+func (s *Store) publish(b *batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.published = true
+	b.prevFirst, b.prevLast = s.mu.first, s.mu.last
+	b.tail.offsets = append(b.tail.offsets, b.offsets...)
+	b.tail.size += b.size
+	if s.mu.first == 0 {
+		s.mu.first = b.first
+	}
+	s.mu.last = b.last
+}
+
+// unpublish takes back a published batch whose fdatasync failed, so that readers no
+// longer see it, before the file is cut. Called with writeMu held, with the batch the
+// last thing written.
+func (s *Store) unpublish(b *batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.published = false
+	b.tail.offsets = b.tail.offsets[:len(b.tail.offsets)-len(b.offsets)]
+	b.tail.size -= b.size
+	s.mu.first, s.mu.last = b.prevFirst, b.prevLast
+}
+
+// writeBatch writes s.buf at the end of tail. A failed write is cut back before the
+// plain error is returned: the caller is told "not stored" only once that is certain.
+// Called with writeMu held.
+func (s *Store) writeBatch(tail *segment) error {
 	if _, err := tail.f.WriteAt(s.buf, tail.size); err != nil {
 		err = fmt.Errorf("wal: append to %s: %w", tail.path, err)
-		if cerr := s.cutTo(tail); cerr != nil {
+		if cerr := s.cutTo(tail, tail.size); cerr != nil {
 			return s.fail(fmt.Errorf("%w; cutting what it left failed too, so it may come back: %w", err, cerr))
 		}
 		return err
 	}
+	return nil
+}
+
+// syncLocked fdatasyncs a written batch. A failed fdatasync takes a published batch
+// back from readers and cuts it from the page cache — where a restart without a power
+// loss would read it back as good ("fsyncgate") — and the store fails; whether that
+// cut is durable is unknown, which is why it fails. Called with writeMu held.
+func (s *Store) syncLocked(b *batch) error {
 	start := time.Now()
-	err := tail.f.Sync()
+	err := b.tail.f.Sync()
 	if s.opts.OnSync != nil {
 		s.opts.OnSync(time.Since(start))
 	}
 	if err != nil {
-		err = fmt.Errorf("wal: sync %s: %w", tail.path, err)
-		if cerr := s.cutTo(tail); cerr != nil {
+		err = fmt.Errorf("wal: sync %s: %w", b.tail.path, err)
+		if b.published {
+			s.unpublish(b)
+		}
+		if cerr := s.cutTo(b.tail, b.offsets[0]); cerr != nil {
 			err = fmt.Errorf("%w (cutting the unsynced batch failed too: %v)", err, cerr)
 		}
 		return s.fail(err)
@@ -458,11 +545,12 @@ func (s *Store) writable() error {
 	return nil
 }
 
-// cutTo cuts tail back to its last good record, durably: what a failed write left
-// past it is gone from the file and the page cache. Called with writeMu held.
-func (s *Store) cutTo(tail *segment) error {
-	if err := tail.f.Truncate(tail.size); err != nil {
-		return fmt.Errorf("wal: cut %s back to %d bytes: %w", tail.path, tail.size, err)
+// cutTo cuts tail back to size, the end of its last good record, durably: what a
+// failed write left past it is gone from the file and the page cache. Called with
+// writeMu held.
+func (s *Store) cutTo(tail *segment, size int64) error {
+	if err := tail.f.Truncate(size); err != nil {
+		return fmt.Errorf("wal: cut %s back to %d bytes: %w", tail.path, size, err)
 	}
 	if err := tail.f.Sync(); err != nil {
 		return fmt.Errorf("wal: sync %s: %w", tail.path, err)
@@ -545,4 +633,4 @@ func (s *Store) closeFilesLocked() error {
 	return errors.Join(errs...)
 }
 
-var _ hraft.LogStore = (*Store)(nil)
+var _ hraft.AsyncLogStore = (*Store)(nil)
