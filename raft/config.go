@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/raft/wal"
 )
 
 // Errors of replication. A write that fails with ErrNoLeader or ErrNotLeader was not
@@ -92,6 +94,9 @@ type Config struct {
 	// wrapLogStore, when set (tests only), wraps the log store so a test can make it
 	// fail the way a full disk does.
 	wrapLogStore func(hraft.LogStore) hraft.LogStore
+	// wrapLogFS, when set (tests only), wraps the file system the log lives on, so a
+	// test can hold or fail one fdatasync at the moment it chooses.
+	wrapLogFS func(wal.FS) wal.FS
 }
 
 // DefaultConfig suits a small cluster on one LAN.

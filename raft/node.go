@@ -153,6 +153,12 @@ func (n *Node) start(ctx context.Context, dir string) error {
 		wopts.FS = wal.FaultFS{Control: cfg.LogFaults}
 		n.log.Warn("fault injection on the raft log is on (tests only)", "control", cfg.LogFaults)
 	}
+	if cfg.wrapLogFS != nil {
+		if wopts.FS == nil {
+			wopts.FS = wal.OSFS{}
+		}
+		wopts.FS = cfg.wrapLogFS(wopts.FS)
+	}
 	w, err := openLogStore(dir, bolt, wopts)
 	if err != nil {
 		return fmt.Errorf("raft: open log: %w", err)
