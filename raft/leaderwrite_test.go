@@ -182,4 +182,3 @@ func entryAt(t *testing.T, n *Node, index uint64) hraft.Log {
 	}
 	return l
 }
-

@@ -201,6 +201,21 @@ func (s markingLogs) StoreLogs(logs []*hraft.Log) error {
 	return s.LogStore.StoreLogs(logs)
 }
 
+// StoreLogsAsync passes the leader's write-while-replicating path (hraft.AsyncLogStore)
+// through to the log, which stores synchronously when it has no such path.
+func (s markingLogs) StoreLogsAsync(logs []*hraft.Log) (func() error, error) {
+	if err := s.m.mark(); err != nil {
+		return nil, err
+	}
+	if as, ok := s.LogStore.(hraft.AsyncLogStore); ok {
+		return as.StoreLogsAsync(logs)
+	}
+	if err := s.LogStore.StoreLogs(logs); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
+
 type markingStable struct {
 	hraft.StableStore
 	m *memberMark
