@@ -63,6 +63,20 @@
 // A truncation is durable before DeleteRange returns, and every creation, removal and
 // rename of a file is followed by a directory fsync before the store relies on it.
 //
+// # What StoreLogsAsync acknowledges
+//
+// The leader's path (hraft.AsyncLogStore, keel's patch of hashicorp/raft): the batch is
+// written exactly as by StoreLogs and readable (GetLog, LastIndex) when
+// StoreLogsAsync returns, so raft sends it to the followers during the fdatasync,
+// which the returned wait does. Nothing is acknowledged before wait returns nil: raft
+// counts the leader toward a commit only then. The store takes no other write until
+// wait is called (writeMu stays held), so the rule above — a batch is durable before
+// the next is written — and every crash case stay as they are. A failed write is the
+// plain "not stored" error of StoreLogs, before anything was readable; a failed
+// fdatasync in wait takes the batch back from readers, cuts it and fails the store,
+// and raft steps down: the batch may be durable on followers and be committed by them,
+// so its outcome is unknown, and no other entry may ever take its indexes in that term.
+//
 // # Why keel keeps a log of its own
 //
 // Three well-kept stores were measured against it with the same workload: one
