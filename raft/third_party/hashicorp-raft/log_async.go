@@ -5,7 +5,10 @@
 
 package raft
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // AsyncLogStore is a LogStore that can make a batch of entries readable before they
 // are durable, so that a leader sends a batch to its followers while it writes the
@@ -79,4 +82,25 @@ func storeLogsAsync(store LogStore, logs []*Log) (wait func() error, err error) 
 		return nil, err
 	}
 	return func() error { return nil }, nil
+}
+
+// asyncTestLogs makes a test cluster's LogStore an AsyncLogStore behind a LogCache
+// (RAFT_TEST_ASYNC_LOGS=1 in makeCluster), so the upstream test suite runs the
+// leader's write-while-replicating path: wait yields for a moment before it returns,
+// so the replicators send, and followers may commit, before the leader counts itself.
+type asyncTestLogs struct{ LogStore }
+
+func newAsyncTestLogs(store LogStore) LogStore {
+	c, _ := NewLogCache(64, asyncTestLogs{store})
+	return c
+}
+
+func (s asyncTestLogs) StoreLogsAsync(logs []*Log) (func() error, error) {
+	if err := s.LogStore.StoreLogs(logs); err != nil {
+		return nil, err
+	}
+	return func() error {
+		time.Sleep(200 * time.Microsecond)
+		return nil
+	}, nil
 }

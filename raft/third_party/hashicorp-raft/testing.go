@@ -814,6 +814,8 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) (*cluster, error) {
 			logs = &MockMonotonicLogStore{s: logs}
 		} else if opts.CommitTrackingLogs {
 			logs = NewInmemCommitTrackingStore()
+		} else if os.Getenv("RAFT_TEST_ASYNC_LOGS") != "" {
+			logs = newAsyncTestLogs(logs) // keel: PATCHES.md
 		}
 
 		peerConf := opts.Conf
