@@ -5,7 +5,9 @@
 //
 // # Design
 //
-// What it owns. One Node per process: hashicorp/raft over the log in keel's own WAL
+// What it owns. One Node per process: hashicorp/raft — keel's fork of v1.8.0 in
+// third_party/hashicorp-raft, whose leader writes its log while it replicates it
+// (PATCHES.md; "The leader's write" below) — over the log in keel's own WAL
 // (raft/wal: one fdatasync per batch), the stable store (term, vote) in raft-boltdb,
 // file snapshots of the fsm.Store, and one TCP port that carries both Raft's transport
 // and keel's RPC (forwarded writes, read indexes, joins, membership changes), told apart
@@ -31,6 +33,11 @@
 //     (SetCommandFormatLimit, ErrFormatNotAgreed).
 //   - A log store that fails to sync stops the node (logStoreFailed): nothing is
 //     acknowledged after a write that may not be on disk.
+//   - The leader counts itself toward a commit only once its own copy is durable; it
+//     sends a batch to the followers while it writes it, and a write that fails
+//     after that steps it down and stops the node, its clients told "unknown"
+//     (ErrTimeout): the followers may hold the entries and commit them, and no other
+//     entry ever takes their indexes in that term.
 //   - Open unwinds a partial start through shutdown, the path Close takes.
 //   - A node never runs as a voter without Raft state it may have acknowledged: Open
 //     refuses a data dir marked raft-member that holds no state, and one that lost a
@@ -51,14 +58,31 @@
 // all end in Close, which waits for them. Apply and View are safe for concurrent use
 // and block at most ApplyTimeout.
 //
+// The leader's write. Upstream hashicorp/raft's leader fdatasyncs a batch and only
+// then sends it, so a commit costs two fdatasyncs and a round trip in sequence. keel's
+// fork (third_party/hashicorp-raft, PATCHES.md) sends while it writes (the Raft
+// thesis, §10.2.1): the WAL's StoreLogsAsync makes the batch readable, the
+// replicators send it, the leader waits for its own fdatasync and only then counts
+// itself toward the quorum; followers fdatasync before they answer, so a committed
+// entry is durable on a majority, the leader among it or not. A failed fdatasync
+// takes the batch back, fails the WAL, steps the leader down and stops the node (see
+// Invariants). Measured (bench/README.md, 2026-11-28, three nodes each with its own
+// 2 ms fdatasync): one client p50 5.48 → 2.93 ms (1.87×), 1.3× writes/s at 8 and 64
+// clients; no change without an fdatasync to hide or with three nodes on one disk,
+// whose fdatasyncs the device runs one at a time. The leader still waits for its own
+// fdatasync in raft's main loop, which caps the many-client gain; handing that wait
+// to a goroutine, as etcd does, is the next step.
+//
 // A worked example: a write of key "a" sent to follower n2 of a cluster led by n1.
 //
 //	n2.Apply(put a=1)    encodes the command; leaderContact says n1 leads
 //	n2 → n1 rpcApplyLeases  the encoded command over keel's RPC port (rpcApply to
 //	                     a leader of a release before rpcApplyLeases)
-//	n1.applyLocal        checks the format limit, raft.Apply: n1 appends to its WAL,
-//	                     replicates, commits at index 41; its FSM goroutine applies
-//	                     41 in fsm.Store (revision 17) and returns *fsm.Result
+//	n1.applyLocal        checks the format limit, raft.Apply: n1 writes 41 to its WAL
+//	                     and sends it to n2 and n3 while it fdatasyncs; n1's sync and
+//	                     n2's answer (n2 synced 41) make a majority: 41 commits;
+//	                     its FSM goroutine applies 41 in fsm.Store (revision 17)
+//	                     and returns *fsm.Result
 //	n1 → n2              the result, encoded with each key's lease
 //	                     (fsm.EncodeResultWithLeases); on n1 itself the result
 //	                     would have been returned as it is, with no encoding

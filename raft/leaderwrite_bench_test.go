@@ -1,0 +1,205 @@
+package raft
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+
+	"github.com/keel-kv/keel/raft/wal"
+)
+
+// The leader-write benchmarks compare the leader writing its log before it replicates
+// (upstream hashicorp/raft: "serial") with writing it while it replicates (keel's
+// fork, hraft.AsyncLogStore: "parallel"), on real 3-node clusters over loopback with
+// real fdatasyncs, and again with 2 ms added to every fdatasync (a slower disk). Every
+// client writes to the leader; latency is per write, as the client sees it.
+//
+//	go test -run '^$' -bench LeaderWrite -benchtime 2000x ./raft/
+//
+// BenchmarkLeaderWriteBaseline reports what the goal is measured against: one
+// fdatasync of a small append and one loopback TCP round trip.
+
+// serialLogs hides the log's StoreLogsAsync: the leader writes, then replicates.
+type serialLogs struct{ hraft.LogStore }
+
+// slowSyncFS adds delay to every fdatasync.
+type slowSyncFS struct {
+	wal.FS
+	delay time.Duration
+}
+
+func (f slowSyncFS) Create(path string) (wal.File, error) {
+	file, err := f.FS.Create(path)
+	return slowSyncFile{File: file, delay: f.delay}, err
+}
+
+func (f slowSyncFS) Open(path string) (wal.File, error) {
+	file, err := f.FS.Open(path)
+	return slowSyncFile{File: file, delay: f.delay}, err
+}
+
+type slowSyncFile struct {
+	wal.File
+	delay time.Duration
+}
+
+func (f slowSyncFile) Sync() error {
+	time.Sleep(f.delay)
+	return f.File.Sync()
+}
+
+func BenchmarkLeaderWrite(b *testing.B) {
+	for _, disk := range []struct {
+		name  string
+		delay time.Duration
+	}{{"disk", 0}, {"disk+2ms", 2 * time.Millisecond}} {
+		for _, clients := range []int{1, 8, 64} {
+			for _, mode := range []string{"serial", "parallel"} {
+				name := fmt.Sprintf("%s/clients=%d/%s", disk.name, clients, mode)
+				b.Run(name, func(b *testing.B) { benchLeaderWrite(b, clients, mode == "parallel", disk.delay) })
+			}
+		}
+	}
+}
+
+// BenchmarkLeaderWriteOneNode is one client on a one-node cluster: one fdatasync and
+// no round trip, so its latency less the fdatasync is keel's and raft's own cost.
+func BenchmarkLeaderWriteOneNode(b *testing.B) {
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		b.Run(fmt.Sprint("delay=", delay), func(b *testing.B) { benchLeaderWriteNodes(b, 1, 1, true, delay) })
+	}
+}
+
+func benchLeaderWrite(b *testing.B, clients int, parallel bool, delay time.Duration) {
+	benchLeaderWriteNodes(b, 3, clients, parallel, delay)
+}
+
+func benchLeaderWriteNodes(b *testing.B, nodes, clients int, parallel bool, delay time.Duration) {
+	c := newCluster(b, nodes, func(cfg *Config) {
+		if !parallel {
+			cfg.wrapLogStore = func(s hraft.LogStore) hraft.LogStore { return serialLogs{s} }
+		}
+		if delay > 0 {
+			cfg.wrapLogFS = func(fs wal.FS) wal.FS { return slowSyncFS{FS: fs, delay: delay} }
+		}
+	})
+	lead := c.nodes[c.leader()]
+	val := string(make([]byte, 256))
+	for i := range 50 { // warm up: connections, the first segment
+		if _, err := lead.Apply(context.Background(), putCmd(fmt.Sprintf("w%d", i), val)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([][]time.Duration, clients)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				t0 := time.Now()
+				if _, err := lead.Apply(context.Background(), putCmd(fmt.Sprintf("%08d", i%100000), val)); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
+}
+
+// BenchmarkLeaderWriteBaseline measures the two costs a write cannot avoid: an
+// fdatasync of a 300-byte append in the directory the clusters use (t.TempDir), and a
+// 300-byte TCP round trip over loopback.
+func BenchmarkLeaderWriteBaseline(b *testing.B) {
+	b.Run("fdatasync", func(b *testing.B) {
+		f, err := wal.OSFS{}.Create(filepath.Join(b.TempDir(), "f")) // Sync is fdatasync
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 300)
+		var off int64
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			t0 := time.Now()
+			if _, err := f.WriteAt(buf, off); err != nil {
+				b.Fatal(err)
+			}
+			off += int64(len(buf))
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		reportPercentiles(b, lat)
+	})
+	b.Run("loopback-rtt", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			io.Copy(conn, conn)
+		}()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		buf := make([]byte, 300)
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			t0 := time.Now()
+			if _, err := conn.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(conn, buf); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		reportPercentiles(b, lat)
+	})
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+}
