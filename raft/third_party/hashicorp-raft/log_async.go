@@ -6,7 +6,9 @@
 package raft
 
 import (
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -95,12 +97,22 @@ func newAsyncTestLogs(store LogStore) LogStore {
 	return c
 }
 
+// asyncTestFail, when set, makes the next wait of an asyncTestLogs fail (once): the
+// entries are taken back out of the store, as AsyncLogStore requires.
+var asyncTestFail atomic.Bool
+
 func (s asyncTestLogs) StoreLogsAsync(logs []*Log) (func() error, error) {
 	if err := s.LogStore.StoreLogs(logs); err != nil {
 		return nil, err
 	}
 	return func() error {
 		time.Sleep(200 * time.Microsecond)
+		if asyncTestFail.CompareAndSwap(true, false) {
+			if err := s.LogStore.DeleteRange(logs[0].Index, logs[len(logs)-1].Index); err != nil {
+				return err
+			}
+			return errors.New("injected: sync failed")
+		}
 		return nil
 	}, nil
 }

@@ -7,7 +7,9 @@ package raft
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 )
 
 // asyncInmem is an AsyncLogStore over InmemStore whose wait fails when told to,
@@ -75,4 +77,57 @@ func TestLogCacheStoreLogsAsync(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRaft_AsyncLogsFailedWait: the leader's own write fails after it sent the batch.
+// It steps down with its last log back where it was, the write's future fails, and the
+// entry — which the followers may hold — ends up applied on every server or on none,
+// never replaced by another entry at its index.
+func TestRaft_AsyncLogsFailedWait(t *testing.T) {
+	t.Setenv("RAFT_TEST_ASYNC_LOGS", "1")
+	c := MakeCluster(3, t, nil)
+	defer c.Close()
+	leader := c.Leader()
+	for i := 0; i < 10; i++ {
+		if err := leader.Apply([]byte(fmt.Sprintf("before-%d", i)), 0).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, term := leader.getLastIndex(), leader.getCurrentTerm()
+	asyncTestFail.Store(true)
+	if err := leader.Apply([]byte("failed"), 0).Error(); err == nil {
+		t.Fatal("the write whose leader write failed succeeded")
+	}
+	if got := leader.getLastIndex(); got != last {
+		t.Fatalf("after the failed write the old leader's last index is %d, want %d", got, last)
+	}
+	var l Log
+	if err := leader.logs.GetLog(last+1, &l); err == nil && string(l.Data) == "failed" {
+		t.Fatal("the old leader still reads the failed entry")
+	}
+	// It may lead again, in a later term, only with a log a majority accepts.
+	deadline := time.Now().Add(time.Second)
+	for leader.State() == Leader && leader.getCurrentTerm() == term {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader did not step down after its write failed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	next := c.Leader()
+	for i := 0; i < 10; i++ {
+		if err := next.Apply([]byte(fmt.Sprintf("after-%d", i)), 0).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.EnsureSame(t)
+	n := 0
+	for _, b := range getMockFSM(c.fsms[0]).Logs() {
+		if string(b) == "failed" {
+			n++
+		}
+	}
+	if n > 1 {
+		t.Fatalf("the failed entry was applied %d times", n)
+	}
+	t.Logf("the failed entry was applied %d times (on every server alike)", n)
 }
