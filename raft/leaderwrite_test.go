@@ -2,6 +2,7 @@ package raft
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -136,7 +137,12 @@ func testLeaderSyncFails(t *testing.T, followerDown bool) {
 	if got, _ := leader.wal.LastIndex(); got >= target {
 		t.Fatalf("the failed leader's log still holds %d (last %d)", target, got)
 	}
-	leader.shutdown()
+	// The node is closing itself (logStoreFailed); Close waits for that to end.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := leader.Close(ctx); err != nil {
+		t.Fatalf("close the failed leader: %v", err)
+	}
 	c.nodes[lead] = nil
 	want := entryAt(t, c.nodes[live[0]], target)
 
