@@ -163,12 +163,14 @@ const oldLeaderRecheck = time.Minute
 // mapApplyErr maps the error of a command this node appended as leader.
 //
 // A failed append to the leader's own log (a full disk, say) makes hashicorp/raft
-// step down before replicating the entry. Whether the entry can come back depends on
-// the log store: a plain error means the WAL cut what the write left, durably,
-// before answering — the entry is certainly not in any log, so another leader may
-// take the write (ErrNotLeader, retried). If the store failed instead (the cut or an
-// fdatasync failed), the entry may still be on this node's disk and be committed once
-// it restarts and leads: the outcome is unknown (ErrTimeout), never "not applied".
+// step down. Whether the entry can come back depends on the log store: a plain error
+// means the write failed before the entry was readable, so it was never sent, and the
+// WAL cut what the write left, durably, before answering — the entry is certainly
+// not in any log, so another leader may take the write (ErrNotLeader, retried). If
+// the store failed instead (the cut or an fdatasync failed), the entry may still be
+// on this node's disk and be committed once it restarts and leads, and the leader
+// sent it to the followers during its fdatasync (StoreLogsAsync), which may commit
+// it: the outcome is unknown (ErrTimeout), never "not applied".
 func (n *Node) mapApplyErr(err error) error {
 	if err != nil && strings.Contains(err.Error(), "unable to store logs") && n.wal != nil && n.wal.Failed() != nil {
 		return fmt.Errorf("%w: the leader's log store failed while storing the entry, which may "+
