@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // keelBin is keel built from this tree; binDir holds the Kubernetes test binaries.
@@ -40,30 +41,45 @@ var testBins struct {
 	path map[string]string
 }
 
-// k8sTestBinary is the test binary of k8s.io/kubernetes/test/integration/<pkg>: the
-// one in KEEL_K8S_BIN_DIR named <pkg>.test when that variable is set and the file is
-// there, otherwise built (once per run) with `go test -c` in this module, whose go.mod
-// pins the Kubernetes release. A cold build of one package takes tens of minutes.
+// k8sTestBinary is the test binary of k8s.io/kubernetes/test/integration/<pkg>,
+// built with `go test -c` (see k8sBinary). A cold build of one package takes tens of
+// minutes.
 func k8sTestBinary(t *testing.T, pkg string) string {
+	return k8sBinary(t, pkg+".test", "test", "-c", "k8s.io/kubernetes/test/integration/"+pkg)
+}
+
+// kubeAPIServerBinary is k8s.io/kubernetes/cmd/kube-apiserver, built with `go build`
+// (see k8sBinary): about as long as a test package when the build cache is cold,
+// half a minute when one of them was built first.
+func kubeAPIServerBinary(t *testing.T) string {
+	return k8sBinary(t, "kube-apiserver", "build", "k8s.io/kubernetes/cmd/kube-apiserver")
+}
+
+// k8sBinary is the binary name: the one in KEEL_K8S_BIN_DIR when that variable is set
+// and the file is there, otherwise built (once per run) by `go <goArgs> -o <path>` in
+// this module, whose go.mod pins the Kubernetes release. Safe for concurrent use.
+func k8sBinary(t *testing.T, name string, goArgs ...string) string {
 	t.Helper()
 	testBins.mu.Lock()
 	defer testBins.mu.Unlock()
-	if p, ok := testBins.path[pkg]; ok {
+	if p, ok := testBins.path[name]; ok {
 		return p
 	}
-	out := filepath.Join(binDir, pkg+".test")
+	out := filepath.Join(binDir, name)
 	if _, err := os.Stat(out); err == nil {
 		t.Logf("using prebuilt %s", out)
 	} else {
-		t.Logf("building %s (go test -c; cold, tens of minutes)", out)
-		build := exec.Command("go", "test", "-c", "-o", out, "k8s.io/kubernetes/test/integration/"+pkg)
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go test -c %s: %v\n%s", pkg, err, b)
+		t.Logf("building %s (go %s; cold, tens of minutes)", out, goArgs[0])
+		args := append([]string{goArgs[0], "-o", out}, goArgs[1:]...)
+		start := time.Now()
+		if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			t.Fatalf("go %v: %v\n%s", args, err, b)
 		}
+		t.Logf("built %s in %v", out, time.Since(start).Round(time.Second))
 	}
 	if testBins.path == nil {
 		testBins.path = map[string]string{}
 	}
-	testBins.path[pkg] = out
+	testBins.path[name] = out
 	return out
 }
