@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func k8sBinary(t *testing.T, name string, goArgs ...string) string {
 	if _, err := os.Stat(out); err == nil {
 		t.Logf("using prebuilt %s", out)
 	} else {
-		t.Logf("building %s (go %s; cold, tens of minutes)", out, goArgs[0])
+		t.Logf("building %s (go %s; cold, tens of minutes)", out, strings.Join(goArgs, " "))
 		args := append([]string{goArgs[0], "-o", out}, goArgs[1:]...)
 		start := time.Now()
 		if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
