@@ -26,7 +26,9 @@ import (
 // keel cluster, driven with client-go. It stores namespaces, a CRD and objects of it,
 // a Deployment and ConfigMaps; then, with a ConfigMap watch open and a writer
 // creating ConfigMaps one after another, keel's leader is killed (SIGKILL) and
-// restarted. It checks that no acknowledged create is lost (each is listed at the
+// restarted, then each other node in turn. It runs with kube-apiserver's watch cache
+// (the client's watch is served from the cache, which holds one store watch per
+// resource) and without it (-nowatchcache: the client's watch is a store watch). It checks that no acknowledged create is lost (each is listed at the
 // end, and was seen by the watch or by a relist after a 410), that resourceVersions
 // on the watch only go up, that the only watch errors are 410s a relist recovers,
 // that each create's resourceVersion exceeds the one before it (the writer is
@@ -40,9 +42,14 @@ func TestKubeAPIServerOnKeel(t *testing.T) {
 	}
 	bin := kubeAPIServerBinary(t)
 	t.Run("keel3", func(t *testing.T) { judgeKubeAPIServer(t, bin, startKeelCluster(t)) })
+	t.Run("keel3-nowatchcache", func(t *testing.T) { judgeKubeAPIServer(t, bin, startKeelCluster(t), "--watch-cache=false") })
 	t.Run("etcd34", func(t *testing.T) {
 		skipWithoutEtcd34(t)
 		judgeKubeAPIServer(t, bin, startEtcd34Cluster(t, 3))
+	})
+	t.Run("etcd34-nowatchcache", func(t *testing.T) {
+		skipWithoutEtcd34(t)
+		judgeKubeAPIServer(t, bin, startEtcd34Cluster(t, 3), "--watch-cache=false")
 	})
 }
 
@@ -55,8 +62,8 @@ const (
 
 var widgets = schema.GroupVersionResource{Group: widgetGroup, Version: "v1", Resource: "widgets"}
 
-func judgeKubeAPIServer(t *testing.T, bin string, c *cluster) {
-	s := startKubeAPIServer(t, bin, c)
+func judgeKubeAPIServer(t *testing.T, bin string, c *cluster, flags ...string) {
+	s := startKubeAPIServer(t, bin, c, flags...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	for _, ns := range []string{judgeNS, judgeObjNS} {
@@ -85,6 +92,16 @@ func judgeKubeAPIServer(t *testing.T, bin string, c *cluster) {
 	t.Logf("%s %s restarted and a leader elected %v after the kill; %d creates acknowledged meanwhile",
 		c.kind, leader.name, time.Since(start).Round(time.Millisecond), len(wr.report().acked)-len(before))
 	wr.waitAcked(t, len(wr.report().acked)+50, time.Minute)
+	// Then every other member, so that each store connection kube-apiserver holds (the
+	// watch's among them, wherever its client's balancer put it) is cut once.
+	for _, m := range c.members {
+		if m == leader {
+			continue
+		}
+		t.Logf("SIGKILL %s %s, restart after 1s", c.kind, m.name)
+		c.killAndRestart(t, m, time.Second)
+		wr.waitAcked(t, len(wr.report().acked)+20, time.Minute)
+	}
 	stopWrite()
 	<-writing
 	written := wr.report()
