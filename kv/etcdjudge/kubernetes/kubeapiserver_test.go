@@ -28,7 +28,8 @@ import (
 // creating ConfigMaps one after another, keel's leader is killed (SIGKILL) and
 // restarted, then each other node in turn. It runs with kube-apiserver's watch cache
 // (the client's watch is served from the cache, which holds one store watch per
-// resource) and without it (-nowatchcache: the client's watch is a store watch). It checks that no acknowledged create is lost (each is listed at the
+// resource) and without it (-nowatchcache: the client's watch is a store watch).
+// It checks that no acknowledged create is lost (each is listed at the
 // end, and was seen by the watch or by a relist after a 410), that resourceVersions
 // on the watch only go up, that the only watch errors are 410s a relist recovers,
 // that each create's resourceVersion exceeds the one before it (the writer is
@@ -62,6 +63,7 @@ const (
 
 var widgets = schema.GroupVersionResource{Group: widgetGroup, Version: "v1", Resource: "widgets"}
 
+// judgeKubeAPIServer is one run of judge 2 on c, kube-apiserver started with flags.
 func judgeKubeAPIServer(t *testing.T, bin string, c *cluster, flags ...string) {
 	s := startKubeAPIServer(t, bin, c, flags...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -83,25 +85,7 @@ func judgeKubeAPIServer(t *testing.T, bin string, c *cluster, flags ...string) {
 	go func() { defer close(writing); wr.run(writeCtx) }()
 	defer func() { stopWrite(); stopWatch(); <-writing; <-watching }()
 
-	wr.waitAcked(t, 50, time.Minute)
-	leader, _ := c.waitLeader(t, 30*time.Second)
-	before := wr.report().acked
-	t.Logf("%d creates acknowledged; SIGKILL %s leader %s, restart after 3s", len(before), c.kind, leader.name)
-	start := time.Now()
-	c.killAndRestart(t, leader, 3*time.Second)
-	t.Logf("%s %s restarted and a leader elected %v after the kill; %d creates acknowledged meanwhile",
-		c.kind, leader.name, time.Since(start).Round(time.Millisecond), len(wr.report().acked)-len(before))
-	wr.waitAcked(t, len(wr.report().acked)+50, time.Minute)
-	// Then every other member, so that each store connection kube-apiserver holds (the
-	// watch's among them, wherever its client's balancer put it) is cut once.
-	for _, m := range c.members {
-		if m == leader {
-			continue
-		}
-		t.Logf("SIGKILL %s %s, restart after 1s", c.kind, m.name)
-		c.killAndRestart(t, m, time.Second)
-		wr.waitAcked(t, len(wr.report().acked)+20, time.Minute)
-	}
+	killEveryMember(t, c, wr)
 	stopWrite()
 	<-writing
 	written := wr.report()
@@ -113,6 +97,32 @@ func judgeKubeAPIServer(t *testing.T, bin string, c *cluster, flags ...string) {
 	checkDeployment(ctx, t, s)
 	if err := s.readyz(); err != nil {
 		t.Errorf("kube-apiserver /readyz at the end: %v", err)
+	}
+}
+
+// killEveryMember SIGKILLs and restarts c's members while wr writes: the leader
+// first (down 3 s, with 50 creates acknowledged before and after), then each other
+// member (down 1 s, 20 creates after each), so that each store connection
+// kube-apiserver holds, the watch's among them wherever its client's balancer put
+// it, is cut once.
+func killEveryMember(t *testing.T, c *cluster, wr *configMapWriter) {
+	t.Helper()
+	wr.waitAcked(t, 50, time.Minute)
+	leader, _ := c.waitLeader(t, 30*time.Second)
+	before := wr.report().acked
+	t.Logf("%d creates acknowledged; SIGKILL %s leader %s, restart after 3s", len(before), c.kind, leader.name)
+	start := time.Now()
+	c.killAndRestart(t, leader, 3*time.Second)
+	t.Logf("%s %s restarted and a leader elected %v after the kill; %d creates acknowledged meanwhile",
+		c.kind, leader.name, time.Since(start).Round(time.Millisecond), len(wr.report().acked)-len(before))
+	wr.waitAcked(t, len(wr.report().acked)+50, time.Minute)
+	for _, m := range c.members {
+		if m == leader {
+			continue
+		}
+		t.Logf("SIGKILL %s %s, restart after 1s", c.kind, m.name)
+		c.killAndRestart(t, m, time.Second)
+		wr.waitAcked(t, len(wr.report().acked)+20, time.Minute)
 	}
 }
 
