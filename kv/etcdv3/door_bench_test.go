@@ -3,12 +3,9 @@ package etcdv3
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
@@ -64,19 +61,7 @@ func benchmarkDoor(b *testing.B, call doorCall, par int) {
 	if _, err := store.Apply(context.Background(), &fsm.Command{Type: fsm.CmdTxn, Txn: put}); err != nil {
 		b.Fatal(err)
 	}
-	e := New(core)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go e.Serve(ln)
-	b.Cleanup(func() { e.Stop(context.Background()) })
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	cl := pb.NewKVClient(conn)
+	cl := pb.NewKVClient(serveDoor(b, New(core)))
 	ctx := context.Background()
 	if err := call(ctx, cl); err != nil {
 		b.Fatal(err)

@@ -2,15 +2,12 @@ package etcdv3
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
@@ -26,18 +23,8 @@ func TestGRPCMetricsCountByCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := New(core)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.Serve(ln)
-	t.Cleanup(func() { e.Stop(context.Background()) })
 	e.Collectors()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveDoor(t, e)
 	ctx := context.Background()
 	cl := pb.NewKVClient(conn)
 	for range 3 {

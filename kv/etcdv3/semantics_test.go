@@ -2,7 +2,6 @@ package etcdv3
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/internal/kvtest"
@@ -29,18 +27,8 @@ func newSemanticsDoor(t *testing.T) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	core.Start()
-	e := New(core)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.Serve(ln)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); e.Stop(context.Background()); core.Stop() })
-	return conn
+	t.Cleanup(core.Stop) // after the door's cleanup: cleanups run last first
+	return serveDoor(t, New(core))
 }
 
 func semCtx(t *testing.T) context.Context {

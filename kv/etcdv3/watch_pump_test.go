@@ -3,14 +3,11 @@ package etcdv3
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
@@ -31,18 +28,9 @@ func newWatchDoor(tb testing.TB, cfg kv.Config) *watchDoor {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e := New(core)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go e.Serve(ln)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := serveDoor(tb, New(core))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a lost event fails, not hangs
-	tb.Cleanup(func() { cancel(); conn.Close(); e.Stop(context.Background()) })
+	tb.Cleanup(cancel)
 	stream, err := pb.NewWatchClient(conn).Watch(ctx)
 	if err != nil {
 		tb.Fatal(err)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv"
@@ -29,20 +27,8 @@ func TestWatchSlowReaderCatchesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := New(core)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.Serve(ln)
-	defer e.Stop(context.Background())
 	// clientv3's receive bound (math.MaxInt32): a catch-up answer may pass gRPC's 4 MiB.
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveDoor(t, New(core), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stream, err := pb.NewWatchClient(conn).Watch(ctx)
