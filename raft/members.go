@@ -98,7 +98,7 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter bool) error
 	return n.onLeader(ctx, kind, []byte(id+"\x00"+addr), func() error {
 		f := n.raft.GetConfiguration()
 		if err := f.Error(); err != nil {
-			return mapRaftErr(err)
+			return n.mapApplyErr(err)
 		}
 		for _, s := range f.Configuration().Servers {
 			if string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == hraft.Voter) == voter {
@@ -112,7 +112,7 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter bool) error
 			fut = n.raft.AddNonvoter(hraft.ServerID(id), hraft.ServerAddress(addr), 0, n.cfg.ApplyTimeout)
 		}
 		if err := fut.Error(); err != nil {
-			return mapRaftErr(err)
+			return n.mapApplyErr(err)
 		}
 		n.log.Info("added server", "id", id, "address", addr, "voter", voter)
 		n.refreshMembers()
@@ -129,7 +129,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 // removeLocal removes id on this node, the leader.
 func (n *Node) removeLocal(id string) error {
 	if err := n.raft.RemoveServer(hraft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-		return mapRaftErr(err)
+		return n.mapApplyErr(err)
 	}
 	n.log.Info("removed server", "id", id)
 	n.refreshMembers()

@@ -66,7 +66,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader, accept func(clu
 	}
 	meta := &hraft.SnapshotMeta{Version: hraft.SnapshotVersionMax, Index: check.AppliedIndex(), Size: size}
 	if err := n.raft.Restore(meta, f, n.cfg.ApplyTimeout); err != nil {
-		return mapRaftErr(err)
+		return n.mapApplyErr(err)
 	}
 	// Raft gives the restore a fresh index past its whole log (so fsmAdapter.Restore,
 	// which refuses a snapshot older than the applied state, takes it on every node)
@@ -74,7 +74,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader, accept func(clu
 	// reads waiting for the commit index are released at once.
 	barrier, _ := fsm.EncodeCommand(&fsm.Command{Type: fsm.CmdTxn, Txn: &fsm.Txn{}})
 	if err := n.raft.Apply(barrier, n.cfg.ApplyTimeout).Error(); err != nil {
-		return mapRaftErr(err)
+		return n.mapApplyErr(err)
 	}
 	n.log.Info("restored the cluster from a snapshot", "revision", check.Revision(), "bytes", size)
 	return nil

@@ -22,8 +22,10 @@ import (
 // StoreLogsAsync starts appending logs, which follow the log as for StoreLogs. When it
 // returns an error, nothing of logs was stored (as for a failed StoreLogs) and wait is
 // nil. Otherwise GetLog (and LastIndex) already see every entry of logs, and wait must
-// be called exactly once, before any other write to the store: it returns nil once the
-// entries are durable. If wait returns an error, the store holds none of logs any more
+// be called exactly once: it returns nil once the entries are durable. Raft calls it
+// before its next StoreLogs, but the snapshot goroutine's DeleteRange may come while a
+// batch is pending: the store must hold it (and any other write) until wait returns, as
+// keel's WAL does with its write lock. If wait returns an error, the store holds none of logs any more
 // — GetLog no longer returns them — and the caller must treat the outcome of the batch
 // as unknown: another server may hold the entries and commit them. A store may do the
 // durable write in wait itself, on the caller's goroutine.
