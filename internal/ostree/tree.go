@@ -183,6 +183,14 @@ func (n *node[T]) syncChildren() {
 	}
 }
 
+// reaggregate recomputes every aggregate of n from its items and children, after
+// items and children moved between nodes.
+func (n *node[T]) reaggregate() {
+	n.syncChildren()
+	n.recount()
+	n.restamp()
+}
+
 func (n *node[T]) mutableFor(cow *cowContext[T]) *node[T] {
 	if n.cow == cow {
 		return n
@@ -352,12 +360,8 @@ func (n *node[T]) growChild(i, minItems int) {
 			from.children = from.children[:len(from.children)-1]
 			child.children = append([]*node[T]{c}, child.children...)
 		}
-		child.syncChildren()
-		from.syncChildren()
-		child.recount()
-		from.recount()
-		child.restamp()
-		from.restamp()
+		child.reaggregate()
+		from.reaggregate()
 	case i < len(n.items) && len(n.children[i+1].items) > minItems:
 		child, from := n.mutableChild(i), n.mutableChild(i+1)
 		stolen, m := from.removeItem(0)
@@ -369,12 +373,8 @@ func (n *node[T]) growChild(i, minItems int) {
 			from.children[len(from.children)-1] = nil
 			from.children = from.children[:len(from.children)-1]
 		}
-		child.syncChildren()
-		from.syncChildren()
-		child.recount()
-		from.recount()
-		child.restamp()
-		from.restamp()
+		child.reaggregate()
+		from.reaggregate()
 	default:
 		if i >= len(n.items) {
 			i--
