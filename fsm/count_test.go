@@ -97,14 +97,7 @@ func runCountModel(t *testing.T, seed uint64, steps int) {
 		case r < 2 && m.rev > m.compact:
 			cmd = &Command{Type: CmdCompact, Revision: m.compact + 1 + rng.Int64N(m.rev-m.compact)}
 		case r < 3:
-			var buf bytes.Buffer
-			if _, err := s.Snapshot().WriteTo(&buf); err != nil {
-				t.Fatal(err)
-			}
-			s = NewStore()
-			if err := s.Restore(&buf); err != nil {
-				t.Fatal(err)
-			}
+			s = restoredCopy(t, s)
 		default:
 			cmd = &Command{Type: CmdTxn, Txn: randCountTxn(rng, keys, step)}
 		}

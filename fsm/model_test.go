@@ -181,14 +181,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			cmd = &Command{Type: CmdCompact, Revision: m.compact + 1 + rng.Int64N(m.rev-m.compact)}
 		case r < 3:
 			// Snapshot and restore into a fresh store, then go on with that one.
-			var buf bytes.Buffer
-			if _, err := s.Snapshot().WriteTo(&buf); err != nil {
-				t.Fatal(err)
-			}
-			s = NewStore()
-			if err := s.Restore(&buf); err != nil {
-				t.Fatal(err)
-			}
+			s = restoredCopy(t, s)
 			continue
 		default:
 			tx := &Txn{}
@@ -272,4 +265,18 @@ func checkAllReads(t *testing.T, step int, v *View, m *model, keys []string) {
 			t.Fatalf("step %d: range@%d = %v, want %v", step, rev, all, want)
 		}
 	}
+}
+
+// restoredCopy is a fresh store restored from s's snapshot.
+func restoredCopy(t testing.TB, s *Store) *Store {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r := NewStore()
+	if err := r.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
