@@ -203,3 +203,44 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	}
 }
+
+// BenchmarkFollowerApplyLag is one client writing to the leader of an otherwise idle
+// 3-node cluster, and the time from the leader's answer until a follower has applied
+// the write: what a watch or a serializable read on a follower waits beyond the
+// write itself. A follower learns that an entry committed from the leader's next
+// AppendEntries, so the lag is how soon the leader sends one after a commit.
+//
+//	go test -run '^$' -bench FollowerApplyLag -benchtime 500x ./raft/
+func BenchmarkFollowerApplyLag(b *testing.B) {
+	c := newCluster(b, 3, nil)
+	lead := c.nodes[c.leader()]
+	var follower *Node
+	for _, n := range c.nodes {
+		if n != lead {
+			follower = n
+			break
+		}
+	}
+	val := string(make([]byte, 256))
+	lag := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := lead.Apply(context.Background(), putCmd(fmt.Sprintf("k%d", i%1000), val)); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		idx := lead.Raft().AppliedIndex()
+		for follower.Raft().AppliedIndex() < idx {
+			if time.Since(t0) > time.Second {
+				b.Fatalf("the follower did not apply index %d within a second", idx)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		lag = append(lag, time.Since(t0))
+		time.Sleep(time.Duration(i%7) * time.Millisecond) // writes at no fixed phase of the commit timer
+	}
+	b.StopTimer()
+	slices.Sort(lag)
+	b.ReportMetric(float64(lag[len(lag)/2].Microseconds()), "p50-lag-µs")
+	b.ReportMetric(float64(lag[len(lag)*99/100].Microseconds()), "p99-lag-µs")
+}

@@ -83,6 +83,10 @@ var (
 type Raft struct {
 	raftState
 
+	// pendingWriteFrom is the first index of the leader's batch whose own write is
+	// not yet known durable, 0 when none (keel: PATCHES.md, log_async.go).
+	pendingWriteFrom atomic.Uint64
+
 	// protocolVersion is used to inter-operate with Raft servers running
 	// different versions of the library. See comments in config.go for more
 	// details.

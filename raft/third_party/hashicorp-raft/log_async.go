@@ -118,3 +118,29 @@ func (s asyncTestLogs) StoreLogsAsync(logs []*Log) (func() error, error) {
 		return nil
 	}, nil
 }
+
+// vanishedFromEnd reports whether a replicator's ErrLogNotFound, replicating from
+// nextIndex up to lastIndex, is for an entry of the batch whose leader write failed —
+// it vanished from the log's end, and the leader is stepping down — rather than for one
+// compacted away from the log's front. Only the second means the follower is too far
+// behind for entries and needs the latest snapshot; sending that snapshot to a follower
+// holding the failed batch would take it back to an older state. It finds the missing
+// index again, reading what setupAppendEntries reads.
+func (r *Raft) vanishedFromEnd(nextIndex, lastIndex uint64) bool {
+	pending := r.pendingWriteFrom.Load()
+	if pending == 0 {
+		return false
+	}
+	from := nextIndex
+	if snapIdx, _ := r.getLastSnapshot(); nextIndex > 1 && nextIndex-1 != snapIdx {
+		from = nextIndex - 1 // the previous entry, as setPreviousLog reads it
+	}
+	to := max(from, min(nextIndex+uint64(r.config().MaxAppendEntries)-1, lastIndex))
+	var l Log
+	for i := from; i <= to; i++ {
+		if err := r.logs.GetLog(i, &l); err == ErrLogNotFound {
+			return i >= pending
+		}
+	}
+	return false
+}

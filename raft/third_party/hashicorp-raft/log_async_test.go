@@ -131,3 +131,72 @@ func TestRaft_AsyncLogsFailedWait(t *testing.T) {
 	}
 	t.Logf("the failed entry was applied %d times (on every server alike)", n)
 }
+
+// TestRaft_AsyncLogsVanishedEndSendsNoSnapshot: after a failed leader write, a
+// follower that holds (and acked) the failed batch has a next index past the old
+// leader's restored last log, and a replicator may still run before the step-down
+// stops it. The entry it cannot read vanished from the log's end, which is not a
+// follower too far behind: replicateTo must not send the (older) latest snapshot,
+// which the follower would install over the newer state it holds. The window is a
+// few microseconds in a live cluster, so the test calls replicateTo itself, on a
+// leader with a snapshot whose write of last+1 failed, for a follower that holds it.
+func TestRaft_AsyncLogsVanishedEndSendsNoSnapshot(t *testing.T) {
+	c := MakeCluster(3, t, nil)
+	defer c.Close()
+	leader := c.Leader()
+	for i := 0; i < 10; i++ {
+		if err := leader.Apply([]byte(fmt.Sprintf("before-%d", i)), 0).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := leader.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	follower := c.Followers()[0]
+	last := leader.getLastIndex()
+	for deadline := time.Now().Add(time.Second); follower.getLastIndex() != last; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not catch up")
+		}
+	}
+	s := &followerReplication{
+		currentTerm: leader.getCurrentTerm(),
+		nextIndex:   last + 2, // the follower acked an entry at last+1 the leader no longer holds
+		peer:        Server{ID: follower.localID, Address: follower.localAddr},
+		commitment:  newCommitment(make(chan struct{}, 1), leader.getLatestConfiguration(), 1),
+		stopCh:      make(chan uint64, 1),
+		triggerCh:   make(chan struct{}, 1),
+		notify:      make(map[*verifyFuture]struct{}),
+		notifyCh:    make(chan struct{}, 1),
+		stepDown:    make(chan struct{}, 1),
+	}
+	leader.pendingWriteFrom.Store(last + 1) // as the failed write of last+1 left it
+	leader.replicateTo(s, last+1)
+	if idx, _ := follower.getLastSnapshot(); idx != 0 {
+		t.Fatalf("the follower installed the leader's snapshot at %d for an entry that vanished from the log's end", idx)
+	}
+}
+
+// TestRaft_AsyncLogsFailedConfigurationWait: a configuration entry whose leader write
+// failed is not the leader's configuration: its log no longer holds that entry.
+func TestRaft_AsyncLogsFailedConfigurationWait(t *testing.T) {
+	t.Setenv("RAFT_TEST_ASYNC_LOGS", "1")
+	c := MakeCluster(3, t, nil)
+	defer c.Close()
+	leader := c.Leader()
+	last := leader.getLastIndex()
+	asyncTestFail.Store(true)
+	if err := leader.AddVoter("ghost", "ghost-addr", 0, 0).Error(); err == nil {
+		t.Fatal("the configuration change whose leader write failed succeeded")
+	}
+	// Well before an election timeout (50 ms), after which a new leader may commit
+	// the entry the followers hold and send it back.
+	time.Sleep(5 * time.Millisecond)
+	var l Log
+	held := leader.logs.GetLog(last+1, &l) == nil
+	for _, s := range leader.getLatestConfiguration().Servers {
+		if s.ID == "ghost" && !held {
+			t.Fatalf("the old leader's configuration has the server whose entry (index %d) its log does not hold", last+1)
+		}
+	}
+}

@@ -454,6 +454,7 @@ func (r *Raft) getLeadershipTransferInProgress() bool {
 }
 
 func (r *Raft) setupLeaderState() {
+	r.pendingWriteFrom.Store(0)
 	r.leaderState.commitCh = make(chan struct{}, 1)
 	r.leaderState.commitment = newCommitment(r.leaderState.commitCh,
 		r.configurations.latest,
@@ -789,6 +790,15 @@ func (r *Raft) leaderLoop() {
 			oldCommitIndex := r.getCommitIndex()
 			commitIndex := r.leaderState.commitment.getCommitIndex()
 			r.setCommitIndex(commitIndex)
+
+			// keel (PATCHES.md): tell the followers now, as etcd's leader does
+			// (bcastAppend on a commit), rather than with the next entries or
+			// the commit timer, up to 2 × CommitTimeout later.
+			if commitIndex > oldCommitIndex {
+				for _, f := range r.leaderState.replState {
+					asyncNotifyCh(f.triggerCh)
+				}
+			}
 
 			// New configuration has been committed, set it as the committed
 			// value.
@@ -1233,7 +1243,9 @@ func (r *Raft) appendConfigurationEntry(future *configurationChangeFuture) {
 		}
 	}
 
-	r.dispatchLogs([]*logFuture{&future.logFuture})
+	if !r.dispatchLogs([]*logFuture{&future.logFuture}) {
+		return // keel: the log does not hold the entry (PATCHES.md)
+	}
 	index := future.Index()
 	r.setLatestConfiguration(configuration, index)
 	r.leaderState.commitment.setConfiguration(configuration)
@@ -1241,8 +1253,9 @@ func (r *Raft) appendConfigurationEntry(future *configurationChangeFuture) {
 }
 
 // dispatchLog is called on the leader to push a log to disk, mark it
-// as inflight and begin replication of it.
-func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
+// as inflight and begin replication of it. It reports whether the write succeeded;
+// when it did not, the futures have their error and the leader is stepping down.
+func (r *Raft) dispatchLogs(applyLogs []*logFuture) (ok bool) {
 	now := time.Now()
 	defer metrics.MeasureSince([]string{"raft", "leader", "dispatchLog"}, now)
 
@@ -1268,6 +1281,7 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 
 	// Write the log entry locally: with an AsyncLogStore the entries are readable
 	// now and durable once wait returns (keel: PATCHES.md, log_async.go).
+	r.pendingWriteFrom.Store(logs[0].Index)
 	wait, err := storeLogsAsync(r.logs, logs)
 	if err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
@@ -1275,7 +1289,7 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 			applyLog.respond(err)
 		}
 		r.setState(Follower)
-		return
+		return false
 	}
 
 	// Update the last log, so the replicators send the new entries while the local
@@ -1299,9 +1313,11 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 			applyLog.respond(err)
 		}
 		r.setState(Follower)
-		return
+		return false
 	}
+	r.pendingWriteFrom.Store(0)
 	r.leaderState.commitment.match(r.localID, lastIndex)
+	return true
 }
 
 // processLogs is used to apply all the committed entries that haven't been

@@ -221,6 +221,10 @@ START:
 
 	// Setup the request
 	if err := r.setupAppendEntries(s, &req, atomic.LoadUint64(&s.nextIndex), lastIndex); err == ErrLogNotFound {
+		if r.vanishedFromEnd(atomic.LoadUint64(&s.nextIndex), lastIndex) {
+			s.failures++ // keel: PATCHES.md; the leader is stepping down
+			return
+		}
 		goto SEND_SNAP
 	} else if err != nil {
 		return
