@@ -11,7 +11,7 @@
 #   bash bench/compare.sh -mem-keys 200000
 #
 # Raw results land in bench/results/<run>/ (gitignored); the table is also written into
-# bench/README.md between the table markers.
+# bench/README.md between the table markers, after a full run with the default protocols.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -103,5 +103,15 @@ LG_PID=$!
 wait "$LG_PID"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/env.txt"
 
+# The README's table is the full default suite: a subset (-only, -systems) or another
+# protocol (-keel-protocol, -etcd-protocol) leaves it alone.
+for arg in "$@"; do
+	case "$arg" in
+	-only | -only=* | -systems | -systems=* | -keel-protocol | -keel-protocol=* | -etcd-protocol | -etcd-protocol=*)
+		echo "== partial or other-protocol run: bench/README.md left as it is; raw results in $OUT"
+		exit 0
+		;;
+	esac
+done
 "$LOADGEN" readme -out "$OUT" -readme "$ROOT/bench/README.md"
 echo "== table written to bench/README.md; raw results in $OUT"
