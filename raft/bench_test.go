@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,32 +23,43 @@ func BenchmarkClusterPut(b *testing.B) {
 	for _, clients := range []int{1, 64} {
 		b.Run(fmt.Sprint("clients=", clients), func(b *testing.B) {
 			c := benchCluster(b)
-			val := string(make([]byte, 256))
-			var next atomic.Int64
 			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for w := range clients {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					n := c.nodes[w%3]
-					for {
-						i := next.Add(1)
-						if i > int64(b.N) {
-							return
-						}
-						if _, err := n.Apply(context.Background(), putCmd(fmt.Sprintf("%08d", i%100000), val)); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "writes/s")
+			_, elapsed := runWriters(b, clients, func(w int) *Node { return c.nodes[w%3] })
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
 		})
 	}
+}
+
+// runWriters has clients goroutines put b.N 256-byte values between them, client w
+// through node(w), and returns each put's latency as its client saw it and the time
+// they all took.
+func runWriters(b *testing.B, clients int, node func(w int) *Node) (lat []time.Duration, elapsed time.Duration) {
+	val := string(make([]byte, 256))
+	lats := make([][]time.Duration, clients)
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := node(w)
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				t0 := time.Now()
+				if _, err := n.Apply(context.Background(), putCmd(fmt.Sprintf("%08d", i%100000), val)); err != nil {
+					b.Error(err)
+					return
+				}
+				lats[w] = append(lats[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	return slices.Concat(lats...), time.Since(start)
 }
 
 // BenchmarkClusterLinearizableRead measures read-index reads from 64 concurrent

@@ -7,7 +7,6 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,32 +29,6 @@ import (
 
 // serialLogs hides the log's StoreLogsAsync: the leader writes, then replicates.
 type serialLogs struct{ hraft.LogStore }
-
-// slowSyncFS adds delay to every fdatasync.
-type slowSyncFS struct {
-	wal.FS
-	delay time.Duration
-}
-
-func (f slowSyncFS) Create(path string) (wal.File, error) {
-	file, err := f.FS.Create(path)
-	return slowSyncFile{File: file, delay: f.delay}, err
-}
-
-func (f slowSyncFS) Open(path string) (wal.File, error) {
-	file, err := f.FS.Open(path)
-	return slowSyncFile{File: file, delay: f.delay}, err
-}
-
-type slowSyncFile struct {
-	wal.File
-	delay time.Duration
-}
-
-func (f slowSyncFile) Sync() error {
-	time.Sleep(f.delay)
-	return f.File.Sync()
-}
 
 func BenchmarkLeaderWrite(b *testing.B) {
 	for _, disk := range []struct {
@@ -88,8 +61,11 @@ func benchLeaderWriteNodes(b *testing.B, nodes, clients int, parallel bool, dela
 		if !parallel {
 			cfg.wrapLogStore = func(s hraft.LogStore) hraft.LogStore { return serialLogs{s} }
 		}
-		if delay > 0 {
-			cfg.wrapLogFS = func(fs wal.FS) wal.FS { return slowSyncFS{FS: fs, delay: delay} }
+		if delay > 0 { // every fdatasync takes delay longer (syncHookFS, leaderwrite_test.go)
+			slow := func() error { time.Sleep(delay); return nil }
+			hook := new(atomic.Pointer[func() error])
+			hook.Store(&slow)
+			cfg.wrapLogFS = func(fs wal.FS) wal.FS { return syncHookFS{FS: fs, hook: hook} }
 		}
 	})
 	lead := c.nodes[c.leader()]
@@ -99,39 +75,11 @@ func benchLeaderWriteNodes(b *testing.B, nodes, clients int, parallel bool, dela
 			b.Fatal(err)
 		}
 	}
-	lat := make([][]time.Duration, clients)
-	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				t0 := time.Now()
-				if _, err := lead.Apply(context.Background(), putCmd(fmt.Sprintf("%08d", i%100000), val)); err != nil {
-					b.Error(err)
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	lat, elapsed := runWriters(b, clients, func(int) *Node { return lead })
 	b.StopTimer()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) > 0 {
-		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	}
+	reportPercentiles(b, lat, "")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
 }
 
@@ -159,7 +107,7 @@ func BenchmarkLeaderWriteBaseline(b *testing.B) {
 			}
 			lat = append(lat, time.Since(t0))
 		}
-		reportPercentiles(b, lat)
+		reportPercentiles(b, lat, "")
 	})
 	b.Run("loopback-rtt", func(b *testing.B) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -192,15 +140,18 @@ func BenchmarkLeaderWriteBaseline(b *testing.B) {
 			}
 			lat = append(lat, time.Since(t0))
 		}
-		reportPercentiles(b, lat)
+		reportPercentiles(b, lat, "")
 	})
 }
 
-func reportPercentiles(b *testing.B, lat []time.Duration) {
+func reportPercentiles(b *testing.B, lat []time.Duration, what string) {
+	if what != "" {
+		what += "-"
+	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
-		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-"+what+"µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-"+what+"µs")
 	}
 }
 
@@ -240,7 +191,5 @@ func BenchmarkFollowerApplyLag(b *testing.B) {
 		time.Sleep(time.Duration(i%7) * time.Millisecond) // writes at no fixed phase of the commit timer
 	}
 	b.StopTimer()
-	slices.Sort(lag)
-	b.ReportMetric(float64(lag[len(lag)/2].Microseconds()), "p50-lag-µs")
-	b.ReportMetric(float64(lag[len(lag)*99/100].Microseconds()), "p99-lag-µs")
+	reportPercentiles(b, lag, "lag")
 }
