@@ -38,12 +38,7 @@ func storeAsync(t testing.TB, s *Store, logs []*hraft.Log) error {
 //	StoreLogs(16..17)      blocks until wait
 //	wait()                 11..15 durable, then 16..17 written and synced
 func TestStoreLogsAsync(t *testing.T) {
-	m := newMemFS()
-	s := openMem(t, m)
-	acked := tlogs(1, 10, 1)
-	if err := s.StoreLogs(acked); err != nil {
-		t.Fatal(err)
-	}
+	m, s, acked := openAcked(t)
 	batch := tlogs(11, 15, 1)
 	wait, err := s.StoreLogsAsync(batch)
 	if err != nil {
@@ -78,12 +73,7 @@ func TestStoreLogsAsync(t *testing.T) {
 // taken back (the caller's replication may still have sent it: its outcome is
 // unknown) and the store fails for good.
 func TestStoreLogsAsyncFailedSync(t *testing.T) {
-	m := newMemFS()
-	s := openMem(t, m)
-	acked := tlogs(1, 10, 1)
-	if err := s.StoreLogs(acked); err != nil {
-		t.Fatal(err)
-	}
+	m, s, acked := openAcked(t)
 	m.failOnce("sync", segPrefix, errEIO)
 	wait, err := s.StoreLogsAsync(tlogs(11, 12, 1))
 	if err != nil {

@@ -49,6 +49,19 @@ func openMem(t testing.TB, m *memFS) *Store {
 	return s
 }
 
+// openAcked opens a store on a fresh memory FS that holds entries 1..10, acknowledged
+// (stored and synced), and returns the FS, the store and those entries.
+func openAcked(t testing.TB) (*memFS, *Store, []*hraft.Log) {
+	t.Helper()
+	m := newMemFS()
+	s := openMem(t, m)
+	acked := tlogs(1, 10, 1)
+	if err := s.StoreLogs(acked); err != nil {
+		t.Fatal(err)
+	}
+	return m, s, acked
+}
+
 // contents reads the whole log.
 func contents(t testing.TB, s *Store) []*hraft.Log {
 	t.Helper()

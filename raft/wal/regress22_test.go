@@ -127,12 +127,7 @@ func zeroLastSector(t *testing.T, aligned bool) (refused, cut int) {
 // 11..15 — entries raft had been told were not stored. They are cut, durably, before
 // StoreLogs answers.
 func TestIssue22FailedWriteNeverComesBack(t *testing.T) {
-	m := newMemFS()
-	s := openMem(t, m)
-	acked := tlogs(1, 10, 1)
-	if err := s.StoreLogs(acked); err != nil {
-		t.Fatal(err)
-	}
+	m, s, acked := openAcked(t)
 	path := tailPath(t, m)
 	size := len(m.file(path))
 	m.failOnce("write", segPrefix, errEIO)
@@ -154,12 +149,7 @@ func TestIssue22FailedWriteNeverComesBack(t *testing.T) {
 // Case 3: after a failed fdatasync the store failed, but the batch stayed in the page
 // cache; the restarted node read 11..15 back as good and acknowledged 16..20 on top.
 func TestIssue22FsyncgateAcrossRestart(t *testing.T) {
-	m := newMemFS()
-	s := openMem(t, m)
-	acked := tlogs(1, 10, 1)
-	if err := s.StoreLogs(acked); err != nil {
-		t.Fatal(err)
-	}
+	m, s, acked := openAcked(t)
 	m.failOnce("sync", segPrefix, errEIO)
 	if err := s.StoreLogs(tlogs(11, 15, 1)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("failed sync = %v, want ErrFailed", err)
