@@ -134,14 +134,7 @@ func TestEncodingSnapshot(t *testing.T) {
 	s := NewStore()
 	apply(t, s, txn(tput("a", "1", "v1"), tput("b", "1", "v2"), put("c", "1")))
 	apply(t, s, txn(tput("a", "2", "v2")))
-	var buf bytes.Buffer
-	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	r := NewStore()
-	if err := r.Restore(&buf); err != nil {
-		t.Fatal(err)
-	}
+	r := restoredCopy(t, s)
 	if got, want := r.View().Encodings(), map[string]int64{"v2": 2}; !maps.Equal(got, want) {
 		t.Errorf("restored encodings = %v, want %v", got, want)
 	}

@@ -168,14 +168,7 @@ func TestLeaseSnapshotRoundTrip(t *testing.T) {
 	mustApply(t, s, grant(9, 60000))
 	mustApply(t, s, txn(leasePut("a", "1", 5), leasePut("b", "1", 9), put("c", "1")))
 	mustApply(t, s, &Command{Type: CmdLeaseCheckpoint, Checkpoints: []LeaseCheckpoint{{ID: 9, Remaining: 1234}}})
-	var buf bytes.Buffer
-	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	r := NewStore()
-	if err := r.Restore(bytes.NewReader(buf.Bytes())); err != nil {
-		t.Fatal(err)
-	}
+	r := restoredCopy(t, s)
 	if r.View().Hash() != s.View().Hash() || !reflect.DeepEqual(r.View().Leases(), s.View().Leases()) {
 		t.Fatalf("restored leases %+v, want %+v", r.View().Leases(), s.View().Leases())
 	}
