@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/tap"
 )
 
@@ -41,12 +42,12 @@ func (e *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		if err != nil {
 			return nil, etcdError(err)
 		}
-		return withCallSlot(ctx, release), nil
+		return withCallSlot(ctx, release, info.Header), nil
 	}
 	if err := e.core.AdmitRequest(src); err != nil {
 		return nil, etcdError(err)
 	}
-	return withCallSlot(ctx, func() { e.core.ReleaseRequest(src) }), nil
+	return withCallSlot(ctx, func() { e.core.ReleaseRequest(src) }, info.Header), nil
 }
 
 // callSlot is the slot tap took for a call, and the call's context (its parent's,
@@ -60,6 +61,9 @@ type callSlot struct {
 	holders int // the stream, and the handler while it runs; 0: given back
 	release func()
 	dropFn  func() // drop, made once for every holder
+	// md is the call's header metadata as tap got it (the map gRPC puts in the
+	// call's context, not a copy): firstIncoming reads it.
+	md metadata.MD
 }
 
 type callSlotKey struct{}
@@ -72,9 +76,10 @@ func (c *callSlot) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// withCallSlot is ctx, the call's context, holding a slot that release gives back.
-func withCallSlot(ctx context.Context, release func()) context.Context {
-	c := &callSlot{Context: ctx, holders: 1, release: release}
+// withCallSlot is ctx, the call's context, holding a slot that release gives back; md
+// is the call's header metadata.
+func withCallSlot(ctx context.Context, release func(), md metadata.MD) context.Context {
+	c := &callSlot{Context: ctx, holders: 1, release: release, md: md}
 	c.dropFn = c.drop
 	context.AfterFunc(ctx, c.dropFn)
 	return c

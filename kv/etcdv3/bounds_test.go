@@ -225,7 +225,7 @@ func TestCallSlotOutlivesItsHandler(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	released := make(chan struct{})
-	ctx = withCallSlot(ctx, func() { close(released) }) // a second release panics
+	ctx = withCallSlot(ctx, func() { close(released) }, nil) // a second release panics
 	drop, ok := holdCallSlot(ctx)
 	if !ok {
 		t.Fatal("a live call's handler may not hold its slot")

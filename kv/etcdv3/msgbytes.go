@@ -47,6 +47,7 @@ const refusedLength = 0xFFFFFFFF
 // Write by another (its writer); both and Close may run at once.
 type meteredConn struct {
 	net.Conn
+	remote peerAddress // RemoteAddr, with its string made once
 	admit  func(n int64) (release func(), err error)
 	maxMsg uint32 // gRPC's MaxRecvMsgSize: a larger message is refused by gRPC itself
 
@@ -91,10 +92,23 @@ const (
 // meterConn meters c's request messages against the budget of its client.
 func (e *Server) meterConn(c net.Conn) net.Conn {
 	src := c.RemoteAddr().String()
-	return &meteredConn{Conn: c, admit: func(n int64) (func(), error) { return e.core.AdmitBytes(src, n) },
+	return &meteredConn{Conn: c, remote: peerAddress{Addr: c.RemoteAddr(), s: src},
+		admit:  func(n int64) (func(), error) { return e.core.AdmitBytes(src, n) },
 		maxMsg: uint32(e.maxRecvMsgBytes()), in: h2Frames{preface: len(http2Preface)},
 		streams: map[uint32]*meteredStream{}}
 }
+
+// RemoteAddr is the client's address. gRPC gives it to each call as its peer, and
+// tap asks its String for every call (peerAddr): made once a connection, not a call.
+func (c *meteredConn) RemoteAddr() net.Addr { return c.remote }
+
+// peerAddress is a net.Addr whose String was made once.
+type peerAddress struct {
+	net.Addr
+	s string
+}
+
+func (a peerAddress) String() string { return a.s }
 
 func (c *meteredConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)

@@ -253,10 +253,19 @@ func callerOf(ctx context.Context) kv.Caller {
 	return c
 }
 
-// firstIncoming is the first value of the call's metadata key (matched without
-// case), "" when absent. It reads the one key: metadata.FromIncomingContext would copy
-// the whole metadata, five allocations per call.
+// firstIncoming is the first value of the call's metadata key, "" when absent. A call
+// tap gave a slot has its header metadata there, whose names HTTP/2 makes lower case:
+// one map lookup (admit asks for three keys a call, most of them absent, and
+// metadata.ValueFromIncomingContext compares an absent key with every name, case
+// folded, and copies a present one). Any other context is matched without case, and
+// metadata.FromIncomingContext would copy the whole metadata, five allocations.
 func firstIncoming(ctx context.Context, key string) string {
+	if c, _ := ctx.Value(callSlotKey{}).(*callSlot); c != nil && c.md != nil {
+		if v := c.md[key]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
 	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
 		return v[0]
 	}
