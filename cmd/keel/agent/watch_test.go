@@ -147,23 +147,32 @@ func TestClusterWatchRequireLeader(t *testing.T) {
 		defer cl.Close()
 		ch := make(chan error, 16)
 		resumed[name] = ch
-		events := cl.Watch(ctx, "rl/", client.WatchOptions{RequireLeader: true, Progress: time.Second,
+		// The watch starts at the put's revision: Watch is asynchronous, and a watch
+		// "from now" can be set up after a put that follows it (on a loaded machine it
+		// was), which then never comes.
+		rev, err := cl.Put(ctx, "rl/"+name, []byte("1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := cl.Watch(ctx, "rl/", client.WatchOptions{RequireLeader: true, Progress: time.Second, StartRevision: rev,
 			OnResume: func(err error) {
 				select {
 				case ch <- err:
 				default:
 				}
 			}})
-		if _, err := cl.Put(ctx, "rl/"+name, []byte("1")); err != nil {
-			t.Fatal(err)
-		}
+		seen := false
 		for ev := range events {
 			if ev.Err != nil {
 				t.Fatal(ev.Err)
 			}
 			if ev.Type == api.EventPut && ev.KV.Key == "rl/"+name {
+				seen = true
 				break
 			}
+		}
+		if !seen {
+			t.Fatalf("%s: the watch ended before the put at %d reached it", name, rev)
 		}
 	}
 	for i := range c.agents {
