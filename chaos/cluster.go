@@ -69,9 +69,11 @@ type Cluster interface {
 	FillDisk(id string) error
 	FreeDisk(id string) error
 	// FailLog injects I/O errors into the node's Raft log: mode "sync" makes its
-	// fdatasyncs fail (the node must step down and exit), "write" its writes (torn).
+	// fdatasyncs fail (the node must step down and exit), "write" its writes (torn);
+	// "slow=DUR" makes each fdatasync take DUR longer (the node must keep running).
 	// heal lifts the fault, restarts the node if it stopped, and reports an injection
-	// that did nothing (a sync fault the node survived, a write fault no write met).
+	// that did nothing (a sync fault the node survived, a write fault no write met) or
+	// a slow disk the node did not survive.
 	FailLog(ctx context.Context, id, mode string) (heal func() error, err error)
 	// CorruptLog kills the node, damages its Raft log where no crash explains it, and
 	// checks that it then refuses to start; heal rebuilds it from its peers (`keel

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // DiskNode implements Cluster.
@@ -51,13 +52,14 @@ func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() erro
 	if !c.cfg.LogFaults {
 		return nil, fmt.Errorf("fail the log of %s: %w (nodes started without -test-log-faults)", id, ErrUnsupported)
 	}
-	if mode != "sync" && mode != "write" {
+	slow := strings.HasPrefix(mode, "slow=")
+	if mode != "sync" && mode != "write" && !slow {
 		return nil, fmt.Errorf("fail the log of %s: unknown mode %q", id, mode)
 	}
 	n := c.node(id)
 	c.mu.Lock()
 	running := n.running && !n.paused
-	if running {
+	if running && !slow {
 		// A failed fdatasync must stop the node, and so must a failed append after a
 		// deleted suffix (raft/wal): an exit now is the fault working, not a crash.
 		n.stopping = true
@@ -68,6 +70,10 @@ func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() erro
 		return nil, fmt.Errorf("fail the log of %s: %w", id, ErrNotRunning)
 	}
 	before := fileSize(logPath)
+	slowBefore := -1
+	if slow {
+		slowBefore = c.slowSyncs(ctx, id)
+	}
 	control := c.logControl(id)
 	if err := os.WriteFile(control, []byte(mode), 0o644); err != nil {
 		return nil, fmt.Errorf("fail the log of %s: %w", id, err)
@@ -83,6 +89,14 @@ func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() erro
 		}
 		c.mu.Unlock()
 		switch {
+		case slow && !running:
+			return fmt.Errorf("%s stopped while its raft log's fdatasync was slow (%s)", id, mode)
+		case slow:
+			if after := c.slowSyncs(ctx, id); slowBefore < 0 || after <= slowBefore {
+				return fmt.Errorf("no raft log fdatasync of %s took longer than 128 ms while it was slow (%s): "+
+					"keel_disk_wal_fsync_duration_seconds counted %d such, then %d", id, mode, slowBefore, after)
+			}
+			return nil
 		case mode == "sync" && running:
 			return fmt.Errorf("%s kept running after its raft log's fdatasync failed", id)
 		case mode == "write" && !logSince(logPath, before, "injected: input/output error"):
@@ -93,6 +107,24 @@ func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() erro
 		return nil
 	}
 	return heal, nil
+}
+
+// slowSyncs is how many of the node's raft log fdatasyncs took longer than 128 ms, by
+// its keel_disk_wal_fsync_duration_seconds histogram (-1 when /metrics does not
+// answer): what a slow=DUR fault of 128 ms or more must raise.
+func (c *ProcCluster) slowSyncs(ctx context.Context, id string) int {
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := c.Client(id).Metrics(mctx)
+	if err != nil {
+		return -1
+	}
+	const h = "keel_disk_wal_fsync_duration_seconds"
+	count, fast := metricValue(m, h+"_count"), metricValue(m, h+`_bucket{le="0.128"}`)
+	if count < 0 || fast < 0 {
+		return -1
+	}
+	return count - fast
 }
 
 func fileSize(path string) int64 {

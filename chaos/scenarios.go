@@ -94,6 +94,14 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Name: "slow-log", Nodes: 3, Window: 20 * s, Backends: proc,
+			Proves: "a slow disk under the Raft log (every fdatasync 150 ms longer) on the leader, which writes its log while it replicates, or on a follower slows writes but loses none, and the node keeps running",
+			Faults: []FaultSpec{
+				{Kind: FaultLogIO, Target: TargetLeader, LogFault: "slow=150ms", HoldMin: 3 * s, HoldMax: 5 * s, GapMin: 1 * s, GapMax: 2 * s},
+				{Kind: FaultLogIO, Target: TargetFollower, LogFault: "slow=150ms", HoldMin: 3 * s, HoldMax: 4 * s, GapMin: 1 * s, GapMax: 2 * s},
+			},
+		},
+		{
 			Name: "corrupt-log", Nodes: 3, Window: 24 * s, Backends: proc,
 			Proves: "a follower whose Raft log is damaged while it is down (a flipped byte good records follow) refuses to start and names keel rebuild; rebuilt from its peers it rejoins as a non-voter, catches up and is a voter again; nothing acknowledged is lost",
 			Faults: []FaultSpec{{Kind: FaultCorruptLog, Target: TargetFollower, HoldMin: 2 * s, HoldMax: 3 * s, GapMin: 3 * s, GapMax: 4 * s, Max: 2}},

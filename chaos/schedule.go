@@ -23,7 +23,7 @@ const (
 	FaultRemove   FaultKind = "remove"    // the target voter is removed and stopped (permanent)
 	FaultReplace  FaultKind = "replace"   // a new voter joins, then the target is removed
 	FaultDiskFull FaultKind = "disk-full" // the target's data dir (a small tmpfs) fills up for Hold
-	FaultLogIO    FaultKind = "log-io"    // the target's Raft log gets I/O errors (LogFault: sync or write) for Hold
+	FaultLogIO    FaultKind = "log-io"    // the target's Raft log gets I/O errors (LogFault: sync or write) or a slow disk (slow=DUR) for Hold
 	// FaultCorruptLog kills the target, damages its Raft log (not a torn write), checks
 	// that it refuses to start, then rebuilds it with `keel rebuild` and restarts it.
 	FaultCorruptLog FaultKind = "corrupt-log"
@@ -57,7 +57,7 @@ type Step struct {
 	Delay    time.Duration // FaultDelay
 	Jitter   time.Duration // FaultDelay
 	DropRate float64       // FaultDrop: probability per forwarded chunk
-	LogFault string        // FaultLogIO: which operations fail, "sync" or "write"
+	LogFault string        // FaultLogIO: which operations fail, "sync" or "write", or "slow=DUR"
 	Part     string        // FaultLoseState: what is deleted, "wal" or "raft.db"
 }
 
@@ -117,7 +117,7 @@ type FaultSpec struct {
 	GapMin, GapMax   time.Duration
 	Delay, Jitter    time.Duration
 	DropRate         float64
-	LogFault         string // FaultLogIO: "sync" (fdatasync fails) or "write" (writes fail, torn)
+	LogFault         string // FaultLogIO: "sync" (fdatasync fails), "write" (writes fail, torn) or "slow=DUR" (fdatasync takes DUR longer)
 	Part             string // FaultLoseState: "wal" (raft/wal/) or "raft.db" (raft/raft.db)
 	Max              int    // at most this many steps of this spec (0 = no limit)
 }
