@@ -42,6 +42,9 @@ type keelCluster struct {
 	// clients verified); otherwise the nodes run -insecure.
 	tls       bool
 	etcdConns int
+	// nodes is how many nodes Start runs (0: 3); flags go to every node.
+	nodes int
+	flags []string
 }
 
 // newKeelCluster: etcdConns is the gRPC connections per member of protocol "etcd".
@@ -94,6 +97,7 @@ func (c *keelCluster) startNode(i int, extra ...string) error {
 		// The lease grant benchmark grants tens of thousands of 60 s leases.
 		"-max-leases", "0",
 	}, extra...)
+	args = append(args, c.flags...)
 	args = append(args, c.security(name)...)
 	if c.pprof {
 		args = append(args, "-pprof-addr", fmt.Sprintf("127.0.0.1:%d", c.pprofPorts[i]))
@@ -148,13 +152,17 @@ func (c *keelCluster) Start(ctx context.Context) error {
 	if err := c.waitReady(ctx, 0, 1, 60*time.Second); err != nil {
 		return err
 	}
-	for i := 1; i < 3; i++ {
+	nodes := c.nodes
+	if nodes == 0 {
+		nodes = 3
+	}
+	for i := 1; i < nodes; i++ {
 		if err := c.startNode(i, "-join", c.raftAddr(0)); err != nil {
 			return err
 		}
 	}
-	for i := 0; i < 3; i++ {
-		if err := c.waitReady(ctx, i, 3, 60*time.Second); err != nil {
+	for i := 0; i < nodes; i++ {
+		if err := c.waitReady(ctx, i, nodes, 60*time.Second); err != nil {
 			return err
 		}
 	}

@@ -29,7 +29,7 @@ import (
 func main() {
 	log.SetFlags(log.Ltime)
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen compare|report|readme|starve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen compare|report|readme|starve|commit1 [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -42,8 +42,10 @@ func main() {
 		err = readmeCmd(os.Args[2:])
 	case "starve":
 		err = starveCmd(os.Args[2:])
+	case "commit1":
+		err = commit1Cmd(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, report, readme or starve)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want compare, report, readme, starve or commit1)", os.Args[1])
 	}
 	if err != nil {
 		log.Fatal(err)
