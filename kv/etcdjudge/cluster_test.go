@@ -66,11 +66,13 @@ func TestThreeNodes(t *testing.T) {
 	if err := clients[0].Sync(ctx); err != nil || len(clients[0].Endpoints()) != 3 {
 		t.Fatalf("after Sync the client has endpoints %v (%v), want the three nodes", clients[0].Endpoints(), err)
 	}
-	wch := clients[2].Watch(ctx, "/three/", clientv3.WithPrefix())
 	put, err := clients[0].Put(ctx, "/three/k", "v")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// From the put's revision: a watch "from now" is set up asynchronously, and may
+	// start after the put.
+	wch := clients[2].Watch(ctx, "/three/", clientv3.WithPrefix(), clientv3.WithRev(put.Header.Revision))
 	get, err := clients[1].Get(ctx, "/three/k")
 	if err != nil || len(get.Kvs) != 1 || get.Kvs[0].ModRevision != put.Header.Revision {
 		t.Fatalf("linearizable get on another node = %v, %v", get, err)

@@ -31,7 +31,13 @@ func TestTypedResourcesInvisible(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := testCtx(t)
-	wch := c.Watch(ctx, "/registry/", clientv3.WithPrefix())
+	// The watch starts at the next revision, not "now": a watch is set up
+	// asynchronously, and may start after the puts below.
+	before, err := c.Get(ctx, "/registry/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := c.Watch(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(before.Header.Revision+1))
 	put := func() int {
 		req, _ := http.NewRequest(http.MethodPut, "http://"+n.httpAddr+"/apis/apps/v1/widgets/w1",
 			strings.NewReader(`{"spec":{"size":3}}`))
