@@ -266,14 +266,16 @@ func (s *Server) LeaseTimeToLive(ctx context.Context, c Caller, id int64) (api.L
 	return s.leaseTimeToLive(c.context(ctx), id)
 }
 
-// ErrInvalidLeaseID is a lease ID outside [1, api.MaxLeaseID], which no lease can
-// have: refused before any round trip, on every door (HTTP and the stream answer 400;
-// etcd's door, as etcd, "requested lease not found").
-var ErrInvalidLeaseID = fmt.Errorf("%w: lease ID outside [1, %d]", ErrInvalidParam, int64(api.MaxLeaseID))
+// ErrInvalidLeaseID is a lease ID below 1, which no lease can have: refused before any
+// round trip, on every door (HTTP and the stream answer 400; etcd's door, as etcd,
+// "requested lease not found"). Any positive int64 is a lease ID, as in etcd: keel
+// chooses its own below 2^53 (api.MaxLeaseID), but a grant may name a larger one, and
+// leases imported from etcd keep theirs.
+var ErrInvalidLeaseID = fmt.Errorf("%w: lease ID below 1", ErrInvalidParam)
 
 // checkLeaseID refuses an ID no lease can have.
 func checkLeaseID(id int64) error {
-	if id < 1 || id > api.MaxLeaseID {
+	if id < 1 {
 		return fmt.Errorf("%w: %d", ErrInvalidLeaseID, id)
 	}
 	return nil

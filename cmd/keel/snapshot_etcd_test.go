@@ -14,7 +14,6 @@ import (
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/fsm/etcdsnap"
 	"github.com/keel-kv/keel/kv"
-	"github.com/keel-kv/keel/kv/api"
 	"github.com/keel-kv/keel/kv/client"
 )
 
@@ -124,13 +123,6 @@ func TestSnapshotEtcdImportExport(t *testing.T) {
 	os.WriteFile(bad, raw, 0o600)
 	if out, err := runCLI(t, "snapshot", "inspect", bad); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("inspect of a flipped byte: %v, %q; want damaged", err, out)
-	}
-}
-
-// TestImportLeaseIDBound: the import's lease ID bound is the API's.
-func TestImportLeaseIDBound(t *testing.T) {
-	if etcdsnap.MaxLeaseID != api.MaxLeaseID {
-		t.Fatalf("etcdsnap.MaxLeaseID %d, api.MaxLeaseID %d", int64(etcdsnap.MaxLeaseID), int64(api.MaxLeaseID))
 	}
 }
 

@@ -28,28 +28,20 @@ func (u Unholdable) String() string {
 	return fmt.Sprintf("key %q: %s", u.Key, u.Reason)
 }
 
-// MaxLeaseID is the largest lease ID keel's API can address (kv/api.MaxLeaseID,
-// 2^53 − 1, so that IDs survive JSON numbers). etcd draws lease IDs from the whole
-// int64 range (its member ID in the high bits), so most leases an etcd cluster granted
-// itself are above it; those granted with an explicit small ID are not.
-const MaxLeaseID = 1<<53 - 1
-
 // Unholdable lists, keys first in key order then leases, what keel cannot hold: a
 // key one of whose versions hold refuses; a lease whose TTL is outside keel's
-// [fsm.MinLeaseTTL, fsm.MaxLeaseTTL] or whose ID is above MaxLeaseID; a key whose latest version is attached to such a
-// lease or to a lease the snapshot does not hold.
+// [fsm.MinLeaseTTL, fsm.MaxLeaseTTL]; a key whose latest version is attached to such a
+// lease or to a lease the snapshot does not hold. Lease IDs move as they are: etcd
+// draws its own from the whole positive int64 range (its member ID in the high bits),
+// and keel holds any positive ID (kv.ErrInvalidLeaseID).
 func (d *Data) Unholdable(hold HoldFunc) []Unholdable {
 	var out []Unholdable
 	leases := make(map[int64]bool, len(d.Leases)) // ID → holdable
 	var bad []Unholdable
 	for _, l := range d.Leases {
-		ok := l.TTL >= fsm.MinLeaseTTL/1000 && l.TTL <= fsm.MaxLeaseTTL/1000 && l.ID <= MaxLeaseID
+		ok := l.TTL >= fsm.MinLeaseTTL/1000 && l.TTL <= fsm.MaxLeaseTTL/1000
 		leases[l.ID] = ok
-		switch {
-		case l.ID > MaxLeaseID:
-			bad = append(bad, Unholdable{Lease: l.ID, Reason: fmt.Sprintf("ID above %d, the largest keel's API addresses "+
-				"(clients could neither renew nor revoke it)", int64(MaxLeaseID))})
-		case !ok:
+		if !ok {
 			bad = append(bad, Unholdable{Lease: l.ID, Reason: fmt.Sprintf("TTL %d s outside keel's [%d, %d] s",
 				l.TTL, fsm.MinLeaseTTL/1000, fsm.MaxLeaseTTL/1000)})
 		}

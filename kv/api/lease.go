@@ -9,8 +9,10 @@ package api
 //	DELETE /v1/leases/{id}            → LeaseRevokeResponse (attached keys deleted at one revision)
 //
 // A lease is attached to a key by PUT /v1/kv/{key}?lease=ID or a txn put's "lease";
-// a put without a lease detaches the key. IDs are positive integers below 2^53 (exact
-// in JSON numbers everywhere). Leases need every voter to apply command format 3
+// a put without a lease detaches the key. IDs are positive 64-bit integers: keel
+// chooses them below 2^53 (exact in JSON numbers everywhere); a client may ask for any
+// (etcd's clients do, and leases imported from etcd keep etcd's, most above 2^53,
+// which a JavaScript client must not parse as a Number). Leases need every voter to apply command format 3
 // (v0.9.0 and later): until then grants and lease puts are refused with 503
 // Unavailable, nothing written. Under ACLs a lease is the granting token's policies'
 // (docs/api.md "Who may use a lease"): any other token but a management one gets 403
@@ -26,7 +28,8 @@ const (
 	MaxLeaseTTL = 86400
 )
 
-// MaxLeaseID bounds lease IDs: 2^53 − 1.
+// MaxLeaseID bounds the lease IDs keel chooses itself: 2^53 − 1, exact as a JSON
+// number everywhere. A grant that names its ID may use any positive int64.
 const MaxLeaseID = 1<<53 - 1
 
 // LeaseGrantRequest is the body of POST /v1/leases.
@@ -35,8 +38,8 @@ const MaxLeaseID = 1<<53 - 1
 type LeaseGrantRequest struct {
 	// TTL is the lease's time to live in seconds, MinLeaseTTL..MaxLeaseTTL.
 	TTL int64 `json:"ttl"`
-	// ID asks for this lease ID (1..MaxLeaseID); 0 lets the server choose one. An ID
-	// in use is 409 Conflict.
+	// ID asks for this lease ID (any positive int64); 0 lets the server choose one
+	// (1..MaxLeaseID). An ID in use is 409 Conflict.
 	ID int64 `json:"id,omitempty"`
 }
 

@@ -41,7 +41,7 @@ func leaseID(r *http.Request) (int64, error) {
 	v := r.PathValue("id")
 	id, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: lease ID %q must be an integer in [1, %d]", kv.ErrInvalidParam, v, int64(api.MaxLeaseID))
+		return 0, fmt.Errorf("%w: lease ID %q must be a positive 64-bit integer", kv.ErrInvalidParam, v)
 	}
 	return id, nil // the core checks its range
 }
