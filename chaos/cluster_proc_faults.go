@@ -52,7 +52,7 @@ func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() erro
 	if !c.cfg.LogFaults {
 		return nil, fmt.Errorf("fail the log of %s: %w (nodes started without -test-log-faults)", id, ErrUnsupported)
 	}
-	slow := strings.HasPrefix(mode, "slow=")
+	_, slow := slowLogFault(mode)
 	if mode != "sync" && mode != "write" && !slow {
 		return nil, fmt.Errorf("fail the log of %s: unknown mode %q", id, mode)
 	}
@@ -108,6 +108,10 @@ func (c *ProcCluster) FailLog(ctx context.Context, id, mode string) (func() erro
 	}
 	return heal, nil
 }
+
+// slowLogFault reads a FaultLogIO mode "slow=DUR" (wal.FaultFS's word for a slow
+// disk): DUR, and whether mode is one.
+func slowLogFault(mode string) (dur string, ok bool) { return strings.CutPrefix(mode, "slow=") }
 
 // slowSyncs is how many of the node's raft log fdatasyncs took longer than 128 ms, by
 // its keel_disk_wal_fsync_duration_seconds histogram (-1 when /metrics does not

@@ -225,7 +225,7 @@ func (r *FaultRunner) inject(ctx context.Context, st Step) (string, func() error
 		return "fill the disk of " + who, func() error { return r.c.FreeDisk(id) }, r.c.FillDisk(id)
 	case FaultLogIO:
 		heal, err := r.c.FailLog(ctx, id, st.LogFault)
-		if d, ok := strings.CutPrefix(st.LogFault, "slow="); ok {
+		if d, ok := slowLogFault(st.LogFault); ok {
 			return fmt.Sprintf("slow every raft log fdatasync of %s by %s", who, d), heal, err
 		}
 		return fmt.Sprintf("fail the raft log %ss of %s", st.LogFault, who), heal, err
