@@ -44,6 +44,8 @@ func main() {
 		err = starveCmd(os.Args[2:])
 	case "commit1":
 		err = commit1Cmd(os.Args[2:])
+	case rttEchoCmd: // commit1's round-trip peer, a process of its own
+		err = rttEcho(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q (want compare, report, readme, starve or commit1)", os.Args[1])
 	}
