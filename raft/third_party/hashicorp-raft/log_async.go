@@ -99,9 +99,20 @@ func newAsyncTestLogs(store LogStore) LogStore {
 	return c
 }
 
-// asyncTestFail, when set, makes the next wait of an asyncTestLogs fail (once): the
-// entries are taken back out of the store, as AsyncLogStore requires.
-var asyncTestFail atomic.Bool
+// asyncTestFailAt, when set to an index, makes the wait of the asyncTestLogs batch
+// holding that index fail (once): the entries are taken back out of the store, as
+// AsyncLogStore requires. (An index, not "the next wait": the leader's write of an
+// earlier batch may still be pending when a test arms it.)
+var asyncTestFailAt atomic.Uint64
+
+// asyncTestHold, when set, makes the wait of every asyncTestLogs batch from index
+// from on block until release is closed: a leader whose own disk is stuck.
+var asyncTestHold atomic.Pointer[testHold]
+
+type testHold struct {
+	from    uint64
+	release chan struct{}
+}
 
 func (s asyncTestLogs) StoreLogsAsync(logs []*Log) (func() error, error) {
 	if err := s.LogStore.StoreLogs(logs); err != nil {
@@ -109,7 +120,11 @@ func (s asyncTestLogs) StoreLogsAsync(logs []*Log) (func() error, error) {
 	}
 	return func() error {
 		time.Sleep(200 * time.Microsecond)
-		if asyncTestFail.CompareAndSwap(true, false) {
+		if hold := asyncTestHold.Load(); hold != nil && logs[len(logs)-1].Index >= hold.from {
+			<-hold.release
+		}
+		if at := asyncTestFailAt.Load(); at >= logs[0].Index && at <= logs[len(logs)-1].Index &&
+			asyncTestFailAt.CompareAndSwap(at, 0) {
 			if err := s.LogStore.DeleteRange(logs[0].Index, logs[len(logs)-1].Index); err != nil {
 				return err
 			}

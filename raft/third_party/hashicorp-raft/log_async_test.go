@@ -94,10 +94,20 @@ func TestRaft_AsyncLogsFailedWait(t *testing.T) {
 		}
 	}
 	last, term := leader.getLastIndex(), leader.getCurrentTerm()
-	asyncTestFail.Store(true)
-	if err := leader.Apply([]byte("failed"), 0).Error(); err == nil {
-		t.Fatal("the write whose leader write failed succeeded")
+	asyncTestFailAt.Store(last + 1)
+	// The leader answers once two followers hold the entry, its own write pending or
+	// not (PATCHES.md §4); then the entry is committed and must end up applied once
+	// everywhere. Otherwise the write fails, and the entry is applied everywhere
+	// alike, once at most.
+	answered := leader.Apply([]byte("failed"), 0).Error() == nil
+	deadline := time.Now().Add(time.Second)
+	for leader.State() == Leader && leader.getCurrentTerm() == term {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader did not step down after its write failed")
+		}
+		time.Sleep(time.Millisecond)
 	}
+	// Read before a new leader can send the entry back (an election timeout, 50 ms).
 	if got := leader.getLastIndex(); got != last {
 		t.Fatalf("after the failed write the old leader's last index is %d, want %d", got, last)
 	}
@@ -106,13 +116,6 @@ func TestRaft_AsyncLogsFailedWait(t *testing.T) {
 		t.Fatal("the old leader still reads the failed entry")
 	}
 	// It may lead again, in a later term, only with a log a majority accepts.
-	deadline := time.Now().Add(time.Second)
-	for leader.State() == Leader && leader.getCurrentTerm() == term {
-		if time.Now().After(deadline) {
-			t.Fatal("the leader did not step down after its write failed")
-		}
-		time.Sleep(time.Millisecond)
-	}
 	next := c.Leader()
 	for i := 0; i < 10; i++ {
 		if err := next.Apply([]byte(fmt.Sprintf("after-%d", i)), 0).Error(); err != nil {
@@ -126,8 +129,8 @@ func TestRaft_AsyncLogsFailedWait(t *testing.T) {
 			n++
 		}
 	}
-	if n > 1 {
-		t.Fatalf("the failed entry was applied %d times", n)
+	if n > 1 || (answered && n != 1) {
+		t.Fatalf("the failed entry was applied %d times (its write was answered: %v)", n, answered)
 	}
 	t.Logf("the failed entry was applied %d times (on every server alike)", n)
 }
@@ -185,7 +188,7 @@ func TestRaft_AsyncLogsFailedConfigurationWait(t *testing.T) {
 	defer c.Close()
 	leader := c.Leader()
 	last := leader.getLastIndex()
-	asyncTestFail.Store(true)
+	asyncTestFailAt.Store(last + 1)
 	if err := leader.AddVoter("ghost", "ghost-addr", 0, 0).Error(); err == nil {
 		t.Fatal("the configuration change whose leader write failed succeeded")
 	}
@@ -198,5 +201,58 @@ func TestRaft_AsyncLogsFailedConfigurationWait(t *testing.T) {
 		if s.ID == "ghost" && !held {
 			t.Fatalf("the old leader's configuration has the server whose entry (index %d) its log does not hold", last+1)
 		}
+	}
+}
+
+// TestRaft_AsyncLogsCommitWhileLeaderWrites: the leader's main loop does not wait for
+// its own write (PATCHES.md §4). With the leader's disk stuck, a write that both
+// followers hold commits and is answered; the leader takes no new entries until its
+// write ends, and then goes on with one log.
+func TestRaft_AsyncLogsCommitWhileLeaderWrites(t *testing.T) {
+	t.Setenv("RAFT_TEST_ASYNC_LOGS", "1")
+	c := MakeCluster(3, t, nil)
+	defer c.Close()
+	leader := c.Leader()
+	if err := leader.Apply([]byte("before"), 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	hold := &testHold{from: leader.getLastIndex() + 1, release: make(chan struct{})}
+	asyncTestHold.Store(hold)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			asyncTestHold.Store(nil)
+			close(hold.release)
+		}
+	}
+	defer release()
+	stuck := leader.Apply([]byte("stuck"), 0)
+	done := make(chan error, 1)
+	go func() { done <- stuck.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write both followers hold was not answered while the leader's own write was pending")
+	}
+	// The next write waits for the leader's own write to end (Apply itself may
+	// block: the leader loop does not take it from the apply channel).
+	next := make(chan error, 1)
+	go func() { next <- leader.Apply([]byte("next"), 0).Error() }()
+	select {
+	case err := <-next:
+		t.Fatalf("a write was answered while the leader's write before it was pending: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := <-next; err != nil {
+		t.Fatal(err)
+	}
+	c.EnsureSame(t)
+	if got := getMockFSM(c.fsms[0]).Logs(); len(got) != 3 {
+		t.Fatalf("%d entries applied, want 3", len(got))
 	}
 }

@@ -95,6 +95,7 @@ type leaderState struct {
 	replState                    map[ServerID]*followerReplication
 	notify                       map[*verifyFuture]struct{}
 	stepDown                     chan struct{}
+	pending                      *pendingWrite // keel (PATCHES.md §4)
 }
 
 // setLeader is used to modify the current leader Address and ID of the cluster
@@ -502,6 +503,10 @@ func (r *Raft) runLeader() {
 
 	// Cleanup state on step down
 	defer func() {
+		// keel (PATCHES.md §4): end the pending write, restoring the last log if it
+		// failed, before the node serves as a follower.
+		r.finishPendingWrite()
+
 		close(stopCh)
 
 		// Since we were the leader previously, we update our
@@ -533,6 +538,7 @@ func (r *Raft) runLeader() {
 		r.leaderState.replState = nil
 		r.leaderState.notify = nil
 		r.leaderState.stepDown = nil
+		r.leaderState.pending = nil
 
 		// If we are stepping down for some reason, no known leader.
 		// We may have stepped down due to an RPC call, which would
@@ -681,10 +687,21 @@ func (r *Raft) leaderLoop() {
 	for r.getState() == Leader {
 		r.mainThreadSaturation.sleeping()
 
+		// keel (PATCHES.md §4): no new entries while the leader's own write of the
+		// last batch is pending; everything else goes on.
+		applyCh := r.applyCh
+		if r.leaderState.pending != nil {
+			applyCh = nil
+		}
+
 		select {
 		case rpc := <-r.rpcCh:
 			r.mainThreadSaturation.working()
 			r.processRPC(rpc)
+
+		case err := <-r.pendingDone():
+			r.mainThreadSaturation.working()
+			r.writeDone(err)
 
 		case <-r.leaderState.stepDown:
 			r.mainThreadSaturation.working()
@@ -887,6 +904,10 @@ func (r *Raft) leaderLoop() {
 				future.respond(ErrLeadershipTransferInProgress)
 				continue
 			}
+			if !r.finishPendingWrite() { // keel: the restore moves the last log
+				future.respond(ErrNotLeader)
+				continue
+			}
 			err := r.restoreUserSnapshot(future.meta, future.reader)
 			future.respond(err)
 
@@ -913,7 +934,7 @@ func (r *Raft) leaderLoop() {
 			r.mainThreadSaturation.working()
 			b.respond(ErrCantBootstrap)
 
-		case newLog := <-r.applyCh:
+		case newLog := <-applyCh:
 			r.mainThreadSaturation.working()
 			if r.getLeadershipTransferInProgress() {
 				r.logger.Debug(ErrLeadershipTransferInProgress.Error())
@@ -939,7 +960,7 @@ func (r *Raft) leaderLoop() {
 					ready[i].respond(ErrNotLeader)
 				}
 			} else {
-				r.dispatchLogs(ready)
+				r.dispatchLogsAsync(ready)
 			}
 
 		case <-lease:
@@ -1255,7 +1276,85 @@ func (r *Raft) appendConfigurationEntry(future *configurationChangeFuture) {
 // dispatchLog is called on the leader to push a log to disk, mark it
 // as inflight and begin replication of it. It reports whether the write succeeded;
 // when it did not, the futures have their error and the leader is stepping down.
+// keel (PATCHES.md §4): it returns once the leader's own write is durable; the
+// leader loop's client writes use dispatchLogsAsync instead.
 func (r *Raft) dispatchLogs(applyLogs []*logFuture) (ok bool) {
+	return r.startDispatch(applyLogs) && r.finishPendingWrite()
+}
+
+// dispatchLogsAsync is dispatchLogs without waiting for the leader's own write:
+// leaderLoop goes on serving commits, RPCs and reads while it is made durable, and
+// takes no new entries (nor any other log change) until writeDone has ended it.
+func (r *Raft) dispatchLogsAsync(applyLogs []*logFuture) {
+	r.startDispatch(applyLogs)
+}
+
+// pendingWrite is the leader's batch whose own write is not yet known durable
+// (keel, PATCHES.md §4). There is at most one; only the main goroutine touches it.
+type pendingWrite struct {
+	prevIndex, prevTerm uint64       // the last log before the batch
+	lastIndex           uint64       // the batch's last index
+	futures             []*logFuture // the batch
+	done                chan error   // the write's result (buffered: its waiter never blocks)
+}
+
+// pendingDone is the pending write's result channel, or nil when none is pending.
+func (r *Raft) pendingDone() chan error {
+	if p := r.leaderState.pending; p != nil {
+		return p.done
+	}
+	return nil
+}
+
+// finishPendingWrite waits for the pending write, if any, and ends it (writeDone). It
+// reports whether the leader's log holds everything it dispatched.
+func (r *Raft) finishPendingWrite() bool {
+	p := r.leaderState.pending
+	if p == nil {
+		return true
+	}
+	return r.writeDone(<-p.done)
+}
+
+// writeDone ends the pending write with its result. Only then does the leader count
+// itself toward the quorum for the batch. A failed write ends this leadership: the
+// store no longer holds the entries, which a follower may hold and commit, so no
+// other entry may take their indexes in this term (canonical/raft#320); nothing was
+// dispatched after the batch (leaderLoop takes no entries while it is pending). Its
+// futures not yet committed get the error; committed ones — two followers made them
+// durable — were handed to the FSM and are answered by it.
+func (r *Raft) writeDone(err error) bool {
+	p := r.leaderState.pending
+	r.leaderState.pending = nil
+	if err != nil {
+		r.logger.Error("failed to commit logs", "error", err)
+		r.setLastLog(p.prevIndex, p.prevTerm)
+		commit := r.getCommitIndex()
+		for _, f := range p.futures {
+			if f.log.Index > commit {
+				f.respond(err)
+			}
+		}
+		if r.getState() == Leader {
+			r.setState(Follower)
+		}
+		return false
+	}
+	r.pendingWriteFrom.Store(0)
+	r.leaderState.commitment.match(r.localID, p.lastIndex)
+	return true
+}
+
+// startDispatch appends applyLogs to the log, starts the leader's own write and
+// replication, and leaves the write pending. It first ends any pending write; if
+// that or the new write fails, the futures have their error and it returns false.
+func (r *Raft) startDispatch(applyLogs []*logFuture) bool {
+	if !r.finishPendingWrite() {
+		for _, applyLog := range applyLogs {
+			applyLog.respond(ErrNotLeader)
+		}
+		return false
+	}
 	now := time.Now()
 	defer metrics.MeasureSince([]string{"raft", "leader", "dispatchLog"}, now)
 
@@ -1302,21 +1401,11 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) (ok bool) {
 		asyncNotifyCh(f.triggerCh)
 	}
 
-	// Count the leader toward the quorum only once its own copy is durable. A failed
-	// write ends this leadership: the store no longer holds the entries, which a
-	// follower may hold and commit, so no other entry may take their indexes in
-	// this term (canonical/raft#320).
-	if err := wait(); err != nil {
-		r.logger.Error("failed to commit logs", "error", err)
-		r.setLastLog(prevIndex, prevTerm)
-		for _, applyLog := range applyLogs {
-			applyLog.respond(err)
-		}
-		r.setState(Follower)
-		return false
-	}
-	r.pendingWriteFrom.Store(0)
-	r.leaderState.commitment.match(r.localID, lastIndex)
+	// The write completes on a goroutine of its own; writeDone ends it on this one.
+	p := &pendingWrite{prevIndex: prevIndex, prevTerm: prevTerm, lastIndex: lastIndex,
+		futures: applyLogs, done: make(chan error, 1)}
+	r.leaderState.pending = p
+	go func() { p.done <- wait() }()
 	return true
 }
 
