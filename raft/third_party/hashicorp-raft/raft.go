@@ -697,6 +697,13 @@ func (r *Raft) leaderLoop() {
 		select {
 		case rpc := <-r.rpcCh:
 			r.mainThreadSaturation.working()
+			// keel (PATCHES.md §4): an RPC that changes the log (a newer leader's)
+			// waits for the pending write, so that its end - a restored last log if it
+			// failed - comes before, not after, what the RPC writes.
+			switch rpc.Command.(type) {
+			case *AppendEntriesRequest, *InstallSnapshotRequest:
+				r.finishPendingWrite()
+			}
 			r.processRPC(rpc)
 
 		case err := <-r.pendingDone():
