@@ -67,6 +67,15 @@ func TestEtcdRequireLeaderStreamsEndAfterGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One answer before the cut: the server has the stream. (Opening it returns before
+	// the server starts it, and a require-leader stream started without a leader ends
+	// at once, as etcd's does.)
+	if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ka.Recv(); err != nil || resp.ID != lease.ID {
+		t.Fatalf("keepalive before the cut: %v %v", resp, err)
+	}
 	ws, err := pb.NewWatchClient(conn).Watch(rl)
 	if err != nil {
 		t.Fatal(err)
