@@ -94,12 +94,30 @@ func startKeel(t testing.TB, cfg *embed.Config) string {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); lf.Close(); close(done) }()
-	t.Cleanup(func() { stop(cmd, done) })
+	t.Cleanup(func() {
+		stop(cmd, done)
+		if t.Failed() {
+			t.Logf("testserver: keel's log (%s), its end:\n%s", logPath, logTail(logPath, 8<<10))
+		}
+	})
 	if err := waitLeader(etcdAddr, done); err != nil {
 		log, _ := os.ReadFile(logPath)
 		t.Fatalf("testserver: keel %v: %v\n%s", args, err, log)
 	}
 	return etcdAddr
+}
+
+// logTail is the last n bytes of the file at path (a failing test shows what keel
+// said, which would otherwise go with the test's temporary directory).
+func logTail(path string, n int64) []byte {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []byte(err.Error())
+	}
+	if int64(len(b)) > n {
+		b = b[int64(len(b))-n:]
+	}
+	return b
 }
 
 // waitLeader polls Maintenance.Status until keel reports a leader (at most 30 s).
