@@ -43,7 +43,7 @@ readme-test: build
 # TestFileSS_BadPerm cannot fail its permission check as root, so it is skipped, and
 # TestRaft_LogStoreIsMonotonic checks that a cluster's log is a bare InmemStore, which
 # the second run's is not.
-# CI runs keel's own tests of the fork only (FORK_RUN=LogCache).
+# CI runs keel's own tests of the fork only (FORK_RUN in .ci/run).
 FORK_RUN ?= .
 test-raft-fork:
 	cd raft/third_party/hashicorp-raft && rc=0; \

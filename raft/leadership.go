@@ -40,15 +40,10 @@ func (n *Node) leaderLoop() {
 	tick := time.NewTicker(250 * time.Millisecond) // observations can be dropped
 	defer tick.Stop()
 	for {
-		select {
-		case <-n.ctx.Done():
-			n.lead.Store(nil)
-			return
-		case <-obs:
-		case <-tick.C:
-		}
 		// The leader is read rather than taken from the observation: observations
-		// can be dropped, and the tick catches a change they missed.
+		// can be dropped, and the tick catches a change they missed. The first pass
+		// runs before any wait: a lone voter may have won before the observer was
+		// registered, and its reads would otherwise wait for the first tick.
 		if _, id := n.raft.LeaderWithID(); id != "" && id != lastLeader {
 			lastLeader = id
 			n.counts.leaderChanges.Add(1)
@@ -62,6 +57,13 @@ func (n *Node) leaderLoop() {
 			go n.becomeLeader(ls)
 		case !isLeader && cur != nil:
 			n.lead.Store(nil)
+		}
+		select {
+		case <-n.ctx.Done():
+			n.lead.Store(nil)
+			return
+		case <-obs:
+		case <-tick.C:
 		}
 	}
 }

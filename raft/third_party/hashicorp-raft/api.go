@@ -121,6 +121,12 @@ type Raft struct {
 	// fsmSnapshotCh is used to trigger a new snapshot being taken
 	fsmSnapshotCh chan *reqSnapshotFuture
 
+	// startCampaignDone is set once the first follower state after start has begun:
+	// only then may a lone voter campaign without waiting (keel patch §5), not
+	// after a step-down (a leader whose disk fails would otherwise re-elect itself
+	// in a tight loop). Main thread only.
+	startCampaignDone bool
+
 	// lastContact is the last time we had contact from the
 	// leader node. This can be used to gauge staleness.
 	lastContact     time.Time

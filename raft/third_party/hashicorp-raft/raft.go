@@ -163,6 +163,10 @@ func (r *Raft) runFollower() {
 	r.logger.Info("entering follower state", "follower", r, "leader-address", leaderAddr, "leader-id", leaderID)
 	metrics.IncrCounter([]string{"raft", "state", "follower"}, 1)
 	heartbeatTimer := randomTimeout(r.config().HeartbeatTimeout)
+	if !r.startCampaignDone && r.loneVoter() { // keel patch §5
+		heartbeatTimer = time.After(0)
+	}
+	r.startCampaignDone = true
 
 	for r.getState() == Follower {
 		r.mainThreadSaturation.sleeping()
@@ -204,7 +208,11 @@ func (r *Raft) runFollower() {
 
 		case b := <-r.bootstrapCh:
 			r.mainThreadSaturation.working()
-			b.respond(r.liveBootstrap(b.configuration))
+			err := r.liveBootstrap(b.configuration)
+			b.respond(err)
+			if err == nil && r.loneVoter() { // keel patch §5
+				heartbeatTimer = time.After(0)
+			}
 
 		case <-r.leaderNotifyCh:
 			//  Ignore since we are not the leader
@@ -255,6 +263,23 @@ func (r *Raft) runFollower() {
 			return
 		}
 	}
+}
+
+// loneVoter says whether this node is the only voter of its latest configuration
+// (keel patch §5): no other node can win an election, so waiting a heartbeat timeout
+// before campaigning only delays the first leader. Main thread only.
+func (r *Raft) loneVoter() bool {
+	if r.configurations.latestIndex == 0 {
+		return false
+	}
+	voters, me := 0, false
+	for _, s := range r.configurations.latest.Servers {
+		if s.Suffrage == Voter {
+			voters++
+			me = me || s.ID == r.localID
+		}
+	}
+	return voters == 1 && me
 }
 
 // liveBootstrap attempts to seed an initial configuration for the cluster. See
