@@ -118,7 +118,7 @@ func classify(err error) (code int, reason string) {
 		return http.StatusConflict, api.ReasonDowngraded
 	case errors.Is(err, fsm.ErrLeaseNotFound):
 		return http.StatusNotFound, api.ReasonLeaseNotFound
-	case errors.Is(err, ErrLastVoter):
+	case errors.Is(err, ErrLastVoter), errors.Is(err, ErrNotVoter):
 		return http.StatusBadRequest, api.ReasonBadRequest
 	case errors.Is(err, fsm.ErrKeyNotFound), errors.Is(err, ErrNoRoute), errors.Is(err, ErrNotMember):
 		return http.StatusNotFound, api.ReasonNotFound

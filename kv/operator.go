@@ -20,6 +20,10 @@ type Operator interface {
 	// it is not in the configuration, ErrLastVoter when the configuration has one
 	// voter left.
 	RemoveMember(ctx context.Context, id string) error
+	// TransferLeadership hands leadership to the voter id, or to the most up-to-date
+	// voter when id is "", from any node (POST /v1/agent/transfer-leader): ErrNotVoter
+	// when id is not a voter of the configuration.
+	TransferLeadership(ctx context.Context, id string) error
 	// SaveEtcdSnapshot writes a saved snapshot file (GET /v1/agent/snapshot's) in an
 	// envelope etcd's client keeps: padded to 512-byte pages and followed by its
 	// sha256. It reflects every write acknowledged before the call.
@@ -34,6 +38,8 @@ var (
 	ErrNotMember = errors.New("kv: not a member")
 	// ErrLastVoter: removing the node would leave the cluster without a voter.
 	ErrLastVoter = errors.New("kv: refusing to remove the last voter")
+	// ErrNotVoter: the node named cannot take leadership (no member, or no voter).
+	ErrNotVoter = errors.New("kv: not a voter")
 )
 
 // SetOperator hands the core the node's operator actions.
@@ -69,6 +75,20 @@ func (s *Server) RemoveMember(ctx context.Context, c Caller, id string) error {
 		return err
 	}
 	return op.RemoveMember(ctx, id)
+}
+
+// TransferLeadership hands leadership to the voter id, or to the most up-to-date voter
+// when id is "" (Operator.TransferLeadership), for c, who needs the leadership right;
+// the right is checked before anything is looked up.
+func (s *Server) TransferLeadership(ctx context.Context, c Caller, id string) error {
+	if err := checkRight(c.az, api.RightLeadership); err != nil {
+		return err
+	}
+	op, err := s.operatorOf()
+	if err != nil {
+		return err
+	}
+	return op.TransferLeadership(ctx, id)
 }
 
 // SaveEtcdSnapshot writes a saved snapshot in its etcd envelope (Operator) to w for c,

@@ -85,6 +85,8 @@ func etcdSentinel(err error) error {
 	switch {
 	case errors.Is(err, kv.ErrNotMember):
 		return rpctypes.ErrGRPCMemberNotFound
+	case errors.Is(err, kv.ErrNotVoter):
+		return rpctypes.ErrGRPCBadLeaderTransferee
 	case errors.Is(err, fsm.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, fsm.ErrFutureRevision):

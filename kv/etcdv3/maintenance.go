@@ -48,8 +48,8 @@ func (c etcdCluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*
 
 // etcdMaintenance serves Maintenance.Status, Alarm (none is ever raised), Defragment
 // (nothing to do: the store is in memory; the compact right), HashKV and Snapshot (snapshot.go).
-// MoveLeader, Hash and Downgrade answer Unimplemented: keel's own operator routes do
-// those.
+// MoveLeader (members.go) hands leadership over. Downgrade answers Unimplemented:
+// keel's mixed-release rules (versions) do that job.
 type etcdMaintenance struct {
 	pb.UnimplementedMaintenanceServer
 	e *Server

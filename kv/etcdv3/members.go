@@ -2,6 +2,7 @@ package etcdv3
 
 import (
 	"context"
+	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -36,6 +37,26 @@ func (e *Server) nodeOf(id uint64) string {
 		}
 	}
 	return ""
+}
+
+// MoveLeader hands leadership to the voter MemberList names target_id, as POST
+// /v1/agent/transfer-leader does (the core's TransferLeadership: the leadership right,
+// where etcd asks for its root role). Any member takes it and keel forwards it to the
+// leader; etcd serves it on the leader alone and answers its followers "not leader",
+// which etcdctl move-leader avoids by asking the leader. An ID that names no voter is
+// etcd's bad leader transferee; moving leadership to the leader is a success. The
+// answer comes once the transfer has ended, as etcd's does.
+func (m etcdMaintenance) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	to := m.e.nodeOf(r.TargetID)
+	if to == "" {
+		// No node ID has a space ([A-Za-z0-9._-]): the core checks the caller's right,
+		// then the operator finds no such voter.
+		to = fmt.Sprintf("etcd member %x", r.TargetID)
+	}
+	if err := m.e.core.TransferLeadership(ctx, callerOf(ctx), to); err != nil {
+		return nil, err
+	}
+	return &pb.MoveLeaderResponse{Header: m.e.header(m.e.revision(ctx))}, nil
 }
 
 // MemberAdd does not map onto keel: etcd registers a member's peer URLs before the

@@ -160,6 +160,8 @@ func (d *etcdDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		err = d.snapshotOnce(ctx)
 	case rt.Defragment:
 		_, err = d.maint.Defragment(ctx, &pb.DefragmentRequest{})
+	case rt.MoveLeader:
+		_, err = d.maint.MoveLeader(ctx, &pb.MoveLeaderRequest{TargetID: rt.NoMember})
 	default:
 		t.Fatalf("etcd door: op %d unknown", op.Kind)
 	}

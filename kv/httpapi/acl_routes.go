@@ -71,8 +71,8 @@ var routeRules = map[string]routeRule{
 	"GET " + api.PathVersions:                              op(api.RightMembers),
 	"GET " + api.PathAgentMembers:                          op(api.RightMembers),
 	"POST " + api.PathAgentLeave:                           op(api.RightPeers),
-	"DELETE " + api.PathAgentPeers + "{id}":                op(api.RightPeers),
-	"POST " + api.PathAgentTransferLeader:                  op(api.RightLeadership),
+	"DELETE " + api.PathAgentPeers + "{id}":                {kind: ruleCore}, // kv.Server.RemoveMember
+	"POST " + api.PathAgentTransferLeader:                  {kind: ruleCore}, // kv.Server.TransferLeadership
 	"GET " + api.PathAgentSnapshot:                         op(api.RightSnapshot),
 	"POST " + api.PathAgentSnapshot:                        op(api.RightAll), // restore: management only
 	"PUT " + api.PathAgentSchema:                           op(api.RightSchema),
@@ -121,9 +121,10 @@ func RouteHasRule(pattern string) bool { _, ok := routeRules[pattern]; return ok
 
 type callerKey struct{}
 
-// callerOf is the kv.Caller authorize resolved for r (the zero kv.Caller on an open route or
-// when ACLs are not enforced): the door calls the core's methods for it.
-func callerOf(r *http.Request) kv.Caller {
+// CallerOf is the kv.Caller authorize resolved for r (the zero kv.Caller on an open
+// route or when ACLs are not enforced): the door, and the agent's routes the core
+// checks (ruleCore), call the core's methods for it.
+func CallerOf(r *http.Request) kv.Caller {
 	c, _ := r.Context().Value(callerKey{}).(kv.Caller)
 	return c
 }

@@ -46,7 +46,7 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 func (s *Server) call(check func(kv.Caller) error, op func(ctx context.Context, c kv.Caller, r *http.Request) (any, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if check != nil {
-			if err := check(callerOf(r)); err != nil {
+			if err := check(CallerOf(r)); err != nil {
 				return err
 			}
 		}
@@ -62,7 +62,7 @@ func (s *Server) call(check func(kv.Caller) error, op func(ctx context.Context, 
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, c kv.Caller) (any, error)) error {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	v, err := op(ctx, callerOf(r))
+	v, err := op(ctx, CallerOf(r))
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, op func(ctx cont
 func callBody[T any](s *Server, check func(kv.Caller) error, max int64, what string,
 	op func(ctx context.Context, c kv.Caller, r *http.Request, body T) (any, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if err := check(callerOf(r)); err != nil {
+		if err := check(CallerOf(r)); err != nil {
 			drainBody(w, r, max)
 			return err
 		}

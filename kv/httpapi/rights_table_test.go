@@ -76,7 +76,7 @@ func (d httpDoor) Do(t *testing.T, secret string, op rt.Op) rt.Answer {
 		path = api.PathLeases
 	case rt.Compact:
 		method, path, body = http.MethodPost, api.PathCompact, string(rt.MustJSON(api.CompactRequest{Revision: op.Revision}))
-	case rt.MemberList, rt.MemberRemove, rt.Snapshot: // the agent's routes (cmd), not kv.Server's
+	case rt.MemberList, rt.MemberRemove, rt.Snapshot, rt.MoveLeader: // the agent's routes (cmd), not kv.Server's
 		return rt.NotServed
 	case rt.HashKV, rt.Defragment: // etcd's alone
 		return rt.NotServed

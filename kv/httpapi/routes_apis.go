@@ -68,7 +68,7 @@ func (s *Server) handleObjectGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	obj, err := o.Get(ctx, callerOf(r), objectRef(r), cons)
+	obj, err := o.Get(ctx, CallerOf(r), objectRef(r), cons)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (s *Server) handleObjectPut(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	out, created, err := o.Put(ctx, callerOf(r), objectRef(r), body, force)
+	out, created, err := o.Put(ctx, CallerOf(r), objectRef(r), body, force)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (s *Server) handleObjectDelete(w http.ResponseWriter, r *http.Request) erro
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	at, err := o.Delete(ctx, callerOf(r), objectRef(r), rev)
+	at, err := o.Delete(ctx, CallerOf(r), objectRef(r), rev)
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	l, err := o.List(ctx, callerOf(r), objectRef(r), opts)
+	l, err := o.List(ctx, CallerOf(r), objectRef(r), opts)
 	if err != nil {
 		return err
 	}

@@ -108,7 +108,7 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, o kv.
 		return err
 	}
 	ctx, cancel := s.requestContext(r)
-	ow, err := o.Watch(ctx, callerOf(r), objectRef(r), kv.ObjectWatchOptions{ResourceVersion: tq.fromRev, Consistency: tq.cons})
+	ow, err := o.Watch(ctx, CallerOf(r), objectRef(r), kv.ObjectWatchOptions{ResourceVersion: tq.fromRev, Consistency: tq.cons})
 	cancel()
 	if err != nil {
 		return err

@@ -56,7 +56,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 		ctx, cancel = s.requestContext(r)
 		defer cancel()
 	}
-	kv, rev, err := s.core.Get(ctx, callerOf(r), key, rev, cons)
+	kv, rev, err := s.core.Get(ctx, CallerOf(r), key, rev, cons)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The key, the lease and the rights before the body: a refused write's value is
 	// not read into memory (only discarded, so the client sees the answer).
-	if err := s.core.CheckPut(callerOf(r), key, lease); err != nil {
+	if err := s.core.CheckPut(CallerOf(r), key, lease); err != nil {
 		drainBody(w, r, s.cfg.MaxValueBytes)
 		return err
 	}
@@ -109,7 +109,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	rev, err := s.core.Put(ctx, callerOf(r), key, value, prev, lease)
+	rev, err := s.core.Put(ctx, CallerOf(r), key, value, prev, lease)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	resp, err := s.core.Delete(ctx, callerOf(r), key, prefix, prev)
+	resp, err := s.core.Delete(ctx, CallerOf(r), key, prefix, prev)
 	if err != nil {
 		return err
 	}

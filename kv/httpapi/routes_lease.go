@@ -28,7 +28,7 @@ func (s *Server) leaseRoutes() {
 // leaseRight runs h for a caller the core lets use leases.
 func (s *Server) leaseRight(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if err := s.core.CheckLeases(callerOf(r)); err != nil {
+		if err := s.core.CheckLeases(CallerOf(r)); err != nil {
 			drainBody(w, r, s.cfg.MaxTxnBodyBytes)
 			return err
 		}
@@ -54,7 +54,7 @@ func (s *Server) handleLeaseGrant(w http.ResponseWriter, r *http.Request) error 
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	id, err := s.core.LeaseGrant(ctx, callerOf(r), req.ID, req.TTL)
+	id, err := s.core.LeaseGrant(ctx, CallerOf(r), req.ID, req.TTL)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (s *Server) handleLeaseRevoke(w http.ResponseWriter, r *http.Request) error
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	resp, err := s.core.LeaseRevoke(ctx, callerOf(r), id)
+	resp, err := s.core.LeaseRevoke(ctx, CallerOf(r), id)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Server) handleLeaseKeepAlive(w http.ResponseWriter, r *http.Request) er
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	left, err := s.core.LeaseKeepAlive(ctx, callerOf(r), id)
+	left, err := s.core.LeaseKeepAlive(ctx, CallerOf(r), id)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (s *Server) handleLeaseGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	resp, err := s.core.LeaseTimeToLive(ctx, callerOf(r), id)
+	resp, err := s.core.LeaseTimeToLive(ctx, CallerOf(r), id)
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (s *Server) handleLeaseList(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	resp, err := s.core.Leases(ctx, callerOf(r), cons)
+	resp, err := s.core.Leases(ctx, CallerOf(r), cons)
 	if err != nil {
 		return err
 	}

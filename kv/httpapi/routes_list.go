@@ -28,7 +28,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p params) er
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	pg, err := s.core.List(ctx, callerOf(r), lr)
+	pg, err := s.core.List(ctx, CallerOf(r), lr)
 	if err != nil {
 		return err
 	}

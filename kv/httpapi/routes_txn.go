@@ -30,7 +30,7 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("txn: %w", err)
 	}
-	res, err := s.core.Txn(ctx, callerOf(r), txn, kv.TxnOptions{})
+	res, err := s.core.Txn(ctx, CallerOf(r), txn, kv.TxnOptions{})
 	if err != nil {
 		return fmt.Errorf("txn: %w", err)
 	}
@@ -42,7 +42,7 @@ func (s *Server) handleTxn(w http.ResponseWriter, r *http.Request) error {
 // new compact revision fail with 410 as soon as it applies; the space is reclaimed
 // later in bounded chunks.
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
-	if err := s.core.CheckCompact(callerOf(r)); err != nil {
+	if err := s.core.CheckCompact(CallerOf(r)); err != nil {
 		drainBody(w, r, s.cfg.MaxTxnBodyBytes)
 		return err // before the body is read
 	}
@@ -52,7 +52,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.core.Compact(ctx, callerOf(r), req.Revision)
+	res, err := s.core.Compact(ctx, CallerOf(r), req.Revision)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sp, err := s.core.CheckWatch(r.Context(), callerOf(r), req)
+	sp, err := s.core.CheckWatch(r.Context(), CallerOf(r), req)
 	if err != nil {
 		return err
 	}

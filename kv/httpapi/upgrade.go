@@ -33,7 +33,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	if d == nil {
 		return fmt.Errorf("%w: this server serves no stream protocol on %s", kv.ErrNoRoute, api.PathStream)
 	}
-	return (*d).Upgrade(w, r, callerOf(r))
+	return (*d).Upgrade(w, r, CallerOf(r))
 }
 
 // closeStreams closes the stream door's connections (Shutdown).

@@ -103,7 +103,8 @@ func (d *streamDoor) request(t *testing.T, op rt.Op) (r api.StreamRequest, ok bo
 		r.Op, r.LeaseID = api.StreamLeaseKeepAlive, d.f.LeaseOf(op)
 	case rt.LeaseRevoke:
 		r.Op, r.LeaseID = api.StreamLeaseRevoke, d.f.LeaseOf(op)
-	case rt.LeaseTimeToLive, rt.LeaseList, rt.Compact, rt.MemberList, rt.MemberRemove, rt.HashKV, rt.Snapshot, rt.Defragment:
+	case rt.LeaseTimeToLive, rt.LeaseList, rt.Compact, rt.MemberList, rt.MemberRemove, rt.HashKV, rt.Snapshot, rt.Defragment,
+		rt.MoveLeader:
 		return r, false // HTTP's (and etcd's) alone
 	default:
 		t.Fatalf("stream door: op %d unknown", op.Kind)

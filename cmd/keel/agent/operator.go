@@ -15,6 +15,7 @@ import (
 
 	"github.com/keel-kv/keel/kv"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/httpapi"
 	"github.com/keel-kv/keel/raft"
 )
 
@@ -119,7 +120,7 @@ func (a *Agent) handleRemovePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := a.RemoveMember(ctx, id); err != nil {
+	if err := a.server.RemoveMember(ctx, httpapi.CallerOf(r), id); err != nil {
 		a.httpd.WriteError(w, r, fmt.Errorf("remove %q: %w", id, err))
 		return
 	}
@@ -178,21 +179,22 @@ func (a *Agent) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := a.transferLeadership(ctx, req.ID); err != nil {
+	if err := a.server.TransferLeadership(ctx, httpapi.CallerOf(r), req.ID); err != nil {
 		a.httpd.WriteError(w, r, err)
 		return
 	}
 	writeAgentJSON(w, http.StatusOK, api.TransferLeaderResponse{Transferred: true, To: req.ID})
 }
 
-// transferLeadership hands leadership to id (any voter when id is ""):
-// kv.ErrInvalidBody (400, what keel transfer-leader explains) when id is no voter of
-// the Raft configuration.
-func (a *Agent) transferLeadership(ctx context.Context, id string) error {
+// TransferLeadership hands leadership to id (any voter when id is ""):
+// kv.ErrNotVoter (400, what keel transfer-leader explains; etcd's bad leader
+// transferee) when id is no voter of the Raft configuration (kv.Operator; POST
+// /v1/agent/transfer-leader, etcd's MoveLeader).
+func (a *Agent) TransferLeadership(ctx context.Context, id string) error {
 	if id != "" && !slices.ContainsFunc(a.node.Status().Members, func(m raft.Member) bool {
 		return m.ID == id && m.Suffrage == hraft.Voter
 	}) {
-		return fmt.Errorf("transfer leadership: %w: %q is not a voter of the raft configuration", kv.ErrInvalidBody, id)
+		return fmt.Errorf("transfer leadership: %w: %q is not a voter of the raft configuration", kv.ErrNotVoter, id)
 	}
 	return a.node.TransferLeadership(ctx, id)
 }

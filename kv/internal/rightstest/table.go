@@ -41,6 +41,7 @@ const (
 	NeedMembers  Right = "the operator right " + api.RightMembers
 	NeedSnapshot Right = "the operator right " + api.RightSnapshot
 	NeedPeers    Right = "the operator right " + api.RightPeers
+	NeedLeader   Right = "the operator right " + api.RightLeadership
 )
 
 // Kind is a client operation, whatever door carries it.
@@ -65,6 +66,7 @@ const (
 	HashKV               // hash the state (etcd's Maintenance.HashKV)
 	Snapshot             // save a snapshot (etcd's Maintenance.Snapshot)
 	Defragment           // defragment the store (etcd's Maintenance.Defragment): compaction's right
+	MoveLeader           // hand leadership to the member NoMember, which is none
 )
 
 // Op is one operation, described independently of the door.
@@ -149,6 +151,7 @@ var Cases = []Case{
 	{"hash kv", NeedSnapshot, Op{Kind: HashKV}},
 	{"snapshot", NeedSnapshot, Op{Kind: Snapshot}},
 	{"defragment", NeedCompact, Op{Kind: Defragment}},
+	{"move leader", NeedLeader, Op{Kind: MoveLeader}},
 }
 
 // PartialRead is the one rule for a read of a range the token may read only part of
@@ -222,6 +225,7 @@ var Policies = map[Right]api.ACLPolicy{
 	NeedMembers:    lacksOperator("no-members", api.RightMembers),
 	NeedSnapshot:   lacksOperator("no-snapshot", api.RightSnapshot),
 	NeedPeers:      lacksOperator("no-peers", api.RightPeers),
+	NeedLeader:     lacksOperator("no-leadership", api.RightLeadership),
 }
 
 // lacksOperator is a policy with every key and resource right and every operator
