@@ -53,6 +53,15 @@ func (s *Server) operatorOf() (Operator, error) {
 	return nil, fmt.Errorf("%w: the node's operator actions are not wired", ErrNotReady)
 }
 
+// operatorFor is the Operator set, for c, who needs right: the right is checked first
+// (a caller without it learns nothing, not even whether the node is wired).
+func (s *Server) operatorFor(c Caller, right string) (Operator, error) {
+	if err := checkRight(c.az, right); err != nil {
+		return nil, err
+	}
+	return s.operatorOf()
+}
+
 // DataSize is the bytes the node's data directory holds on disk (Operator.DataSize).
 // It needs no right, as GET /v1/status needs none.
 func (s *Server) DataSize() (int64, error) {
@@ -67,10 +76,7 @@ func (s *Server) DataSize() (int64, error) {
 // right; the right is checked before anything is
 // looked up. An id that is not a member ("" included) is ErrNotMember.
 func (s *Server) RemoveMember(ctx context.Context, c Caller, id string) error {
-	if err := checkRight(c.az, api.RightPeers); err != nil {
-		return err
-	}
-	op, err := s.operatorOf()
+	op, err := s.operatorFor(c, api.RightPeers)
 	if err != nil {
 		return err
 	}
@@ -81,10 +87,7 @@ func (s *Server) RemoveMember(ctx context.Context, c Caller, id string) error {
 // when id is "" (Operator.TransferLeadership), for c, who needs the leadership right;
 // the right is checked before anything is looked up.
 func (s *Server) TransferLeadership(ctx context.Context, c Caller, id string) error {
-	if err := checkRight(c.az, api.RightLeadership); err != nil {
-		return err
-	}
-	op, err := s.operatorOf()
+	op, err := s.operatorFor(c, api.RightLeadership)
 	if err != nil {
 		return err
 	}
@@ -94,10 +97,7 @@ func (s *Server) TransferLeadership(ctx context.Context, c Caller, id string) er
 // SaveEtcdSnapshot writes a saved snapshot in its etcd envelope (Operator) to w for c,
 // who needs the snapshot right.
 func (s *Server) SaveEtcdSnapshot(ctx context.Context, c Caller, w io.Writer) error {
-	if err := checkRight(c.az, api.RightSnapshot); err != nil {
-		return err
-	}
-	op, err := s.operatorOf()
+	op, err := s.operatorFor(c, api.RightSnapshot)
 	if err != nil {
 		return err
 	}
