@@ -21,11 +21,12 @@ func TestOperatorRights(t *testing.T) {
 	}
 	ctx := context.Background()
 	ops := map[string]func(Caller) error{
-		api.RightCompact:  func(c Caller) error { _, err := s.Compact(ctx, c, 1); return err },
-		api.RightMembers:  func(c Caller) error { _, _, err := s.Members(ctx, c); return err },
-		api.RightSnapshot: func(c Caller) error { _, err := s.StateView(ctx, c); return err },
-		api.RightACL:      func(c Caller) error { _, err := s.ACLTokens(ctx, c); return err },
-		api.RightPeers:    func(c Caller) error { return s.RemoveMember(ctx, c, "n9") },
+		api.RightCompact:    func(c Caller) error { _, err := s.Compact(ctx, c, 1); return err },
+		api.RightMembers:    func(c Caller) error { _, _, err := s.Members(ctx, c); return err },
+		api.RightSnapshot:   func(c Caller) error { _, err := s.StateView(ctx, c); return err },
+		api.RightACL:        func(c Caller) error { _, err := s.ACLTokens(ctx, c); return err },
+		api.RightPeers:      func(c Caller) error { return s.RemoveMember(ctx, c, "n9") },
+		api.RightLeadership: func(c Caller) error { return s.TransferLeadership(ctx, c, "n9") },
 	}
 	for right, op := range ops {
 		for other := range ops {
