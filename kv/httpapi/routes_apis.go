@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/keel-kv/keel/kv"
+	"github.com/keel-kv/keel/kv/api"
 )
 
 // PathAPIs is the root of the resource API.
@@ -143,7 +144,7 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	p, err := parseParams(r, "watch", "limit", "continue", "consistency", "resourceVersion",
-		"resourceVersionMatch", "allowWatchBookmarks", "progress")
+		"resourceVersionMatch", "allowWatchBookmarks", "progress", api.ParamRequireLeader)
 	if err != nil {
 		return err
 	}
@@ -155,6 +156,9 @@ func (s *Server) handleObjectList(w http.ResponseWriter, r *http.Request) error 
 			return fmt.Errorf("%w: resourceVersionMatch is a parameter of lists, not of watch=true", kv.ErrInvalidParam)
 		}
 		return s.handleObjectWatch(w, r, o)
+	}
+	if p.has(api.ParamRequireLeader) {
+		return fmt.Errorf("%w: %s is a parameter of watch=true, not of lists", kv.ErrInvalidParam, api.ParamRequireLeader)
 	}
 	opts, err := objectListOptions(p)
 	if err != nil {

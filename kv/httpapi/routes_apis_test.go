@@ -23,7 +23,12 @@ func (leaderStore) IsLeader() bool { return true }
 // v2, preferring v2) with a registered versions manager over the local store.
 func newResourceServer(t *testing.T) *testServer {
 	t.Helper()
-	ts := newTestServer(t)
+	return withResources(t, newTestServer(t))
+}
+
+// withResources serves the widgets schema (testdata/widgets-v1v2.yaml) on ts.
+func withResources(t *testing.T, ts *testServer) *testServer {
+	t.Helper()
 	s, err := versions.LoadSchema("testdata/widgets-v1v2.yaml")
 	if err != nil {
 		t.Fatal(err)

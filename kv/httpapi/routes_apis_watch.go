@@ -67,11 +67,13 @@ type typedWatchReq struct {
 	fromRev   int64 // resourceVersion; 0 = the current state as ADDED events first
 	bookmarks time.Duration
 	cons      fsm.Consistency
+	leader    bool // require_leader: refused without leader contact, ended on losing it
 }
 
 func parseTypedWatch(r *http.Request) (typedWatchReq, error) {
 	var q typedWatchReq
-	p, err := parseParams(r, "watch", "resourceVersion", "allowWatchBookmarks", api.ParamProgress, api.ParamConsistency)
+	p, err := parseParams(r, "watch", "resourceVersion", "allowWatchBookmarks", api.ParamProgress, api.ParamConsistency,
+		api.ParamRequireLeader)
 	if err != nil {
 		return q, err
 	}
@@ -95,15 +97,23 @@ func parseTypedWatch(r *http.Request) (typedWatchReq, error) {
 	if q.cons, err = p.consistency(); err != nil {
 		return q, err
 	}
+	if q.leader, err = parseRequireLeader(r, p); err != nil {
+		return q, err
+	}
 	return q, nil
 }
 
 // handleObjectWatch serves GET /apis/{group}/{version}/{resource}?watch=true: the
 // resource's changes as typed events (kv.ObjectAPI.Watch says which). A watch the server
-// ends (slow reader, snapshot installed, a key migration's switch of range) ends with
-// an ERROR event whose details.revision is where to resume.
+// ends (slow reader, snapshot installed, a key migration's switch of range, the loss
+// of leader contact under require_leader) ends with an ERROR event whose
+// details.revision is where to resume.
 func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, o kv.ObjectAPI) error {
 	tq, err := parseTypedWatch(r)
+	if err != nil {
+		return err
+	}
+	lost, err := s.leaderLost(tq.leader)
 	if err != nil {
 		return err
 	}
@@ -122,7 +132,10 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, o kv.
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	ws := &typedWatchStream{watchStream: &watchStream{w: w, rc: rc, bw: bufio.NewWriterSize(w, 4096),
-		writeTimeout: s.cfg.WriteTimeout, revoked: ow.RightsLost}, ow: ow, group: ow.Group(), kind: ow.Kind()}
+		writeTimeout: s.cfg.WriteTimeout, revoked: ow.RightsLost, last: ow.Revision()}, ow: ow, group: ow.Group(), kind: ow.Kind()}
+	if tq.fromRev > 0 {
+		ws.last = tq.fromRev
+	}
 	ws.enc = json.NewEncoder(ws.bw)
 	for _, ev := range ow.Initial() {
 		if err := ws.write(ev); err != nil {
@@ -132,7 +145,7 @@ func (s *Server) handleObjectWatch(w http.ResponseWriter, r *http.Request, o kv.
 	if err := ws.flush(); err != nil {
 		return nil
 	}
-	s.streamWatch(r.Context(), ow.Watcher(), ws, tq.bookmarks, nil)
+	s.streamWatch(r.Context(), ow.Watcher(), ws, tq.bookmarks, lost)
 	return nil
 }
 
@@ -160,6 +173,9 @@ func (ws *typedWatchStream) events(groups []*fsm.RevisionEvents) error {
 	}
 	if err := ws.flush(); err != nil {
 		return err
+	}
+	if end == nil && len(groups) > 0 {
+		ws.last = groups[len(groups)-1].Revision
 	}
 	if end != nil {
 		ws.end(end)
@@ -211,6 +227,8 @@ func (ws *typedWatchStream) end(err error) {
 	rev := int64(0)
 	if errors.As(err, &werr) {
 		rev = werr.LastRevision
+	} else if l.Reason == api.ReasonNoLeader {
+		rev = ws.last // every event up to it was sent
 	}
 	ws.line(typedEvent{Type: typedError, Object: typedStatus{Kind: "Status", Status: "Failure",
 		Code: code, Reason: l.Reason, Message: l.Message,

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/keel-kv/keel/fsm"
 	"github.com/keel-kv/keel/kv/api"
+	"github.com/keel-kv/keel/kv/internal/kvtest"
 )
 
 // typedWatch opens a typed watch and returns a reader of its events.
@@ -181,4 +183,45 @@ func TestTypedWatchEnd(t *testing.T) {
 			t.Errorf("#%d: %+v, want ERROR %d %s at revision 12", i, ev, tc.code, tc.reason)
 		}
 	}
+}
+
+// TestTypedWatchRequireLeader: a typed watch with require_leader ends with an ERROR
+// event of reason NoLeader (503) at the last revision it sent once the node loses
+// leader contact (an informer resumes from there through another node), and a new one
+// is refused 503 NoLeader; a typed watch without it goes on (as /v1/watch's,
+// TestWatchHTTPRequireLeader).
+func TestTypedWatchRequireLeader(t *testing.T) {
+	store := &leaderlessStore{LocalStore: kvtest.New()}
+	ts := withResources(t, newTestServerWith(t, store))
+	put := func(name string, replicas, code int) int64 {
+		var out map[string]any
+		ts.doJSON(http.MethodPut, "/apis/apps/v2/widgets/"+name,
+			objJSON(map[string]any{"spec": map[string]any{"replicas": replicas}}), code, &out)
+		return int64(out["metadata"].(map[string]any)["revision"].(float64))
+	}
+	r1 := put("w1", 1, http.StatusCreated)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, leader := ts.typedWatch(ctx, "/apis/apps/v1/widgets?watch=true&require_leader=true")
+	defer resp.Body.Close()
+	resp2, plain := ts.typedWatch(ctx, "/apis/apps/v1/widgets?watch=true")
+	defer resp2.Body.Close()
+	r2 := put("w1", 2, http.StatusOK)
+	for name, next := range map[string]func() typedEvent{"require_leader": leader, "plain": plain} {
+		for _, want := range []typedObj{{typedAdded, "apps/v1", "w1", 1, r1, ""}, {typedModified, "apps/v1", "w1", 2, r2, ""}} {
+			if got := readTyped(next()); got != want {
+				t.Fatalf("%s: %+v, want %+v", name, got, want)
+			}
+		}
+	}
+	store.Cut()
+	if got, want := readTyped(leader()), (typedObj{typedError, "", "", 0, r2, api.ReasonNoLeader}); got != want {
+		t.Fatalf("require_leader after the node lost its leader: %+v, want %+v", got, want)
+	}
+	r3 := put("w2", 3, http.StatusCreated) // the local store still applies: the plain watch goes on
+	if got, want := readTyped(plain()), (typedObj{typedAdded, "apps/v1", "w2", 3, r3, ""}); got != want {
+		t.Fatalf("plain watch after the loss: %+v, want %+v", got, want)
+	}
+	ts.expectError(http.MethodGet, "/apis/apps/v1/widgets?watch=true&require_leader=true", nil,
+		http.StatusServiceUnavailable, api.ReasonNoLeader)
 }

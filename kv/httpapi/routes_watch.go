@@ -45,20 +45,43 @@ func parseWatch(r *http.Request) (kv.WatchRequest, bool, error) {
 	if err != nil {
 		return kv.WatchRequest{}, false, err
 	}
-	requireLeader, err := p.bool(api.ParamRequireLeader)
+	requireLeader, err := parseRequireLeader(r, p)
 	if err != nil {
 		return kv.WatchRequest{}, false, err
-	}
-	if v := r.Header.Get(api.HeaderRequireLeader); v != "" {
-		h, err := strconv.ParseBool(v)
-		if err != nil {
-			return kv.WatchRequest{}, false, fmt.Errorf("%w: header %s: %q is not true or false", kv.ErrInvalidParam, api.HeaderRequireLeader, v)
-		}
-		requireLeader = requireLeader || h
 	}
 	req := kv.WatchRequest{Key: []byte(r.PathValue("key")), Prefix: prefix, StartRevision: start, PrevKV: prevKV,
 		Progress: progress, Linearizable: cons == fsm.Linearizable}
 	return req, requireLeader, nil
+}
+
+// parseRequireLeader reads whether a watch requires a leader: the require_leader
+// parameter (p must allow it), or the header the Go client sends; either says so.
+func parseRequireLeader(r *http.Request, p params) (bool, error) {
+	required, err := p.bool(api.ParamRequireLeader)
+	if err != nil {
+		return false, err
+	}
+	if v := r.Header.Get(api.HeaderRequireLeader); v != "" {
+		h, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%w: header %s: %q is not true or false", kv.ErrInvalidParam, api.HeaderRequireLeader, v)
+		}
+		required = required || h
+	}
+	return required, nil
+}
+
+// leaderLost is, for a watch that requires a leader, a context that ends (with a
+// raft.ErrNoLeader cause) once the node loses leader contact; such a watch is refused
+// while the node has none. It is nil for a watch that does not require one.
+func (s *Server) leaderLost(required bool) (context.Context, error) {
+	if !required {
+		return nil, nil
+	}
+	if err := s.core.LeaderContact(); err != nil {
+		return nil, err
+	}
+	return s.core.LeaderLost(), nil
 }
 
 // handleWatch serves GET /v1/watch/{key...} as a stream of api.WatchEvent lines. Any
@@ -75,12 +98,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var lost context.Context // ends the watch on losing leader contact
-	if requireLeader {
-		if err := s.core.LeaderContact(); err != nil {
-			return err
-		}
-		lost = s.core.LeaderLost()
+	lost, err := s.leaderLost(requireLeader) // ends the watch on losing leader contact
+	if err != nil {
+		return err
 	}
 	if sp.Linearizable() {
 		if err := s.core.WaitLinearizable(r.Context()); err != nil {
