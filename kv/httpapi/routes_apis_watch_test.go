@@ -40,6 +40,15 @@ func (ts *testServer) typedWatch(ctx context.Context, path string) (*http.Respon
 	}
 }
 
+// putWidget writes widget name in v2 with spec.replicas, expecting code, and returns
+// the write's revision.
+func (ts *testServer) putWidget(name string, replicas, code int) int64 {
+	var out map[string]any
+	ts.doJSON(http.MethodPut, "/apis/apps/v2/widgets/"+name,
+		objJSON(map[string]any{"spec": map[string]any{"replicas": replicas}}), code, &out)
+	return int64(out["metadata"].(map[string]any)["revision"].(float64))
+}
+
 // typedObj is what a test reads of an event's object.
 type typedObj struct {
 	typ, apiVersion, name string
@@ -81,12 +90,7 @@ func readTyped(ev typedEvent) typedObj {
 // A second watch from resourceVersion=r3 replays r4.. from history.
 func TestTypedWatch(t *testing.T) {
 	ts := newResourceServer(t)
-	put := func(name string, replicas, code int) int64 {
-		var out map[string]any
-		ts.doJSON(http.MethodPut, "/apis/apps/v2/widgets/"+name,
-			objJSON(map[string]any{"spec": map[string]any{"replicas": replicas}}), code, &out)
-		return int64(out["metadata"].(map[string]any)["revision"].(float64))
-	}
+	put := ts.putWidget
 	r1 := put("w1", 1, http.StatusCreated)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -193,12 +197,7 @@ func TestTypedWatchEnd(t *testing.T) {
 func TestTypedWatchRequireLeader(t *testing.T) {
 	store := &leaderlessStore{LocalStore: kvtest.New()}
 	ts := withResources(t, newTestServerWith(t, store))
-	put := func(name string, replicas, code int) int64 {
-		var out map[string]any
-		ts.doJSON(http.MethodPut, "/apis/apps/v2/widgets/"+name,
-			objJSON(map[string]any{"spec": map[string]any{"replicas": replicas}}), code, &out)
-		return int64(out["metadata"].(map[string]any)["revision"].(float64))
-	}
+	put := ts.putWidget
 	r1 := put("w1", 1, http.StatusCreated)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
