@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"testing"
 )
@@ -38,10 +37,9 @@ func dashboardMetrics(t *testing.T) []string {
 		t.Fatalf("docs/grafana-dashboard.json: %v", err)
 	}
 	walk(doc)
-	name := regexp.MustCompile(`\b(?:keel|go|process)_[a-zA-Z0-9_]+\b`)
 	seen := map[string]bool{}
 	for _, e := range exprs {
-		for _, m := range name.FindAllString(e, -1) {
+		for _, m := range seriesOf(e) {
 			seen[m] = true
 		}
 	}
