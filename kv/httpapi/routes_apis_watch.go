@@ -174,12 +174,12 @@ func (ws *typedWatchStream) events(groups []*fsm.RevisionEvents) error {
 	if err := ws.flush(); err != nil {
 		return err
 	}
-	if end == nil && len(groups) > 0 {
-		ws.last = groups[len(groups)-1].Revision
-	}
 	if end != nil {
 		ws.end(end)
 		return errKeyRangeSwitched
+	}
+	if len(groups) > 0 {
+		ws.last = groups[len(groups)-1].Revision
 	}
 	return nil
 }
